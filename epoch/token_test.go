@@ -1,0 +1,206 @@
+package epoch_test
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/termfence/termfence/epoch"
+)
+
+var (
+	e34   = epoch.Epoch{Cluster: "prod", Term: 34, Leader: "node-b"}
+	key32 = bytes.Repeat([]byte("k"), 32)
+)
+
+func mustHMAC(t testing.TB, key []byte) epoch.Codec {
+	t.Helper()
+	c, err := epoch.NewHMAC(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func edKey(t testing.TB, seed byte) (ed25519.PublicKey, ed25519.PrivateKey) {
+	t.Helper()
+	priv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{seed}, ed25519.SeedSize))
+	return priv.Public().(ed25519.PublicKey), priv
+}
+
+type codecCase struct {
+	name string
+	s    epoch.Signer
+	v    epoch.Verifier
+}
+
+func signingCodecs(t testing.TB) []codecCase {
+	pub, priv := edKey(t, 1)
+	h := mustHMAC(t, key32)
+	return []codecCase{
+		{"hmac", h, h},
+		{"ed25519", epoch.NewEd25519Signer(priv), epoch.NewEd25519Verifier(pub)},
+	}
+}
+
+func TestSignVerifyRoundTrip(t *testing.T) {
+	cases := append(signingCodecs(t), codecCase{"plain", epoch.Plain(), epoch.Plain()})
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tok, err := c.s.Sign(e34)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tok) > epoch.MaxTokenLen || strings.ContainsAny(tok, " \t\r\n") {
+				t.Fatalf("token %q does not fit a header", tok)
+			}
+			got, err := c.v.Verify(tok)
+			if err != nil || got != e34 {
+				t.Fatalf("Verify(%q) = %v, %v", tok, got, err)
+			}
+			if _, err := c.s.Sign(epoch.Epoch{Cluster: "c", Leader: "l"}); !errors.Is(err, epoch.ErrMalformed) {
+				t.Fatalf("Sign(term 0) = %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+func TestPlainTokenIsTextForm(t *testing.T) {
+	tok, err := epoch.Plain().Sign(e34)
+	if err != nil || tok != "prod/34/node-b" {
+		t.Fatalf("Plain().Sign = %q, %v", tok, err)
+	}
+}
+
+// TestTamper changes every byte of a signed token to every other printable
+// byte and expects each result to be refused.
+func TestTamper(t *testing.T) {
+	for _, c := range signingCodecs(t) {
+		t.Run(c.name, func(t *testing.T) {
+			tok, err := c.s.Sign(e34)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < len(tok); i++ {
+				for b := byte(0x21); b < 0x7f; b++ {
+					if b == tok[i] {
+						continue
+					}
+					forged := tok[:i] + string(b) + tok[i+1:]
+					if got, err := c.v.Verify(forged); err == nil {
+						t.Fatalf("byte %d -> %q: forged token %q verified as %v", i, b, forged, got)
+					}
+				}
+			}
+			for _, forged := range []string{tok[:len(tok)-1], tok + "A", tok + ":x", ""} {
+				if got, err := c.v.Verify(forged); err == nil {
+					t.Fatalf("forged token %q verified as %v", forged, got)
+				}
+			}
+		})
+	}
+}
+
+func TestUnsignedRefused(t *testing.T) {
+	for _, c := range signingCodecs(t) {
+		if _, err := c.v.Verify(e34.String()); !errors.Is(err, epoch.ErrUnsigned) {
+			t.Errorf("%s: Verify(plain) = %v, want ErrUnsigned", c.name, err)
+		}
+		if _, err := c.v.Verify("not a token"); !errors.Is(err, epoch.ErrMalformed) {
+			t.Errorf("%s: Verify(garbage) = %v, want ErrMalformed", c.name, err)
+		}
+	}
+}
+
+func TestWrongKey(t *testing.T) {
+	other := mustHMAC(t, bytes.Repeat([]byte("x"), 32))
+	tok, _ := other.Sign(e34)
+	if _, err := mustHMAC(t, key32).Verify(tok); !errors.Is(err, epoch.ErrBadSignature) {
+		t.Errorf("hmac wrong key: %v, want ErrBadSignature", err)
+	}
+	pub1, _ := edKey(t, 1)
+	_, priv2 := edKey(t, 2)
+	tok, _ = epoch.NewEd25519Signer(priv2).Sign(e34)
+	if _, err := epoch.NewEd25519Verifier(pub1).Verify(tok); !errors.Is(err, epoch.ErrBadSignature) {
+		t.Errorf("ed25519 wrong key: %v, want ErrBadSignature", err)
+	}
+	// A token for one algorithm never verifies under the other.
+	htok, _ := mustHMAC(t, key32).Sign(e34)
+	if _, err := epoch.NewEd25519Verifier(pub1).Verify(htok); !errors.Is(err, epoch.ErrBadSignature) {
+		t.Errorf("hmac token to ed25519 verifier: %v", err)
+	}
+	if _, err := mustHMAC(t, key32).Verify(tok); !errors.Is(err, epoch.ErrBadSignature) {
+		t.Errorf("ed25519 token to hmac verifier: %v", err)
+	}
+}
+
+func TestEd25519Rotation(t *testing.T) {
+	pubOld, privOld := edKey(t, 1)
+	pubNew, privNew := edKey(t, 2)
+	v := epoch.NewEd25519Verifier(pubOld, pubNew)
+	for _, priv := range []ed25519.PrivateKey{privOld, privNew} {
+		tok, err := epoch.NewEd25519Signer(priv).Sign(e34)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := v.Verify(tok); err != nil || got != e34 {
+			t.Fatalf("rotation: %v, %v", got, err)
+		}
+	}
+	// After the old key is retired, its tokens are refused.
+	tok, _ := epoch.NewEd25519Signer(privOld).Sign(e34)
+	if _, err := epoch.NewEd25519Verifier(pubNew).Verify(tok); !errors.Is(err, epoch.ErrBadSignature) {
+		t.Fatalf("retired key: %v", err)
+	}
+}
+
+func TestBadKeys(t *testing.T) {
+	if _, err := epoch.NewHMAC(make([]byte, 31)); err == nil {
+		t.Error("NewHMAC accepted a 31-byte key")
+	}
+	if _, err := epoch.NewEd25519Signer(ed25519.PrivateKey{1, 2, 3}).Sign(e34); err == nil {
+		t.Error("short ed25519 private key signed")
+	}
+	pub, priv := edKey(t, 1)
+	tok, _ := epoch.NewEd25519Signer(priv).Sign(e34)
+	if _, err := epoch.NewEd25519Verifier(ed25519.PublicKey{1}).Verify(tok); !errors.Is(err, epoch.ErrBadSignature) {
+		t.Errorf("verifier with no usable key: %v", err)
+	}
+	if _, err := epoch.NewEd25519Verifier(ed25519.PublicKey{1}, pub).Verify(tok); err != nil {
+		t.Errorf("bad key beside a good one: %v", err)
+	}
+}
+
+func TestHMACKeyCopied(t *testing.T) {
+	key := bytes.Repeat([]byte("k"), 32)
+	c := mustHMAC(t, key)
+	tok, _ := c.Sign(e34)
+	key[0] = 'z'
+	if _, err := c.Verify(tok); err != nil {
+		t.Fatalf("changing the caller's key slice changed the codec: %v", err)
+	}
+}
+
+func TestVerifyMalformed(t *testing.T) {
+	h := mustHMAC(t, key32)
+	pub, _ := edKey(t, 1)
+	verifiers := map[string]epoch.Verifier{"plain": epoch.Plain(), "hmac": h, "ed25519": epoch.NewEd25519Verifier(pub)}
+	inputs := []string{
+		"", ":", "tf1:", "tf1::", "tf1:hs256:", "tf1:hs256:prod/34/node-b:",
+		"tf2:hs256:prod/34/node-b:AAAA", "x:y", strings.Repeat("a", epoch.MaxTokenLen+1),
+		"tf1:hs256:prod/34/node-b:" + strings.Repeat("A", epoch.MaxTokenLen),
+	}
+	for name, v := range verifiers {
+		for _, in := range inputs {
+			_, err := v.Verify(in)
+			if err == nil {
+				t.Errorf("%s: Verify(%.40q) succeeded", name, in)
+			}
+			if !errors.Is(err, epoch.ErrMalformed) && !errors.Is(err, epoch.ErrBadSignature) && !errors.Is(err, epoch.ErrUnsigned) {
+				t.Errorf("%s: Verify(%.40q) = %v, want a package sentinel", name, in, err)
+			}
+		}
+	}
+}
