@@ -1,0 +1,306 @@
+package transport
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"io/fs"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// testCA is a certificate authority created at test time.
+type testCA struct {
+	cert    *x509.Certificate
+	key     ed25519.PrivateKey
+	pemFile string
+	pool    *x509.CertPool
+}
+
+var serial int64 = 1
+
+func nextSerial() *big.Int { serial++; return big.NewInt(serial) }
+
+func writePEM(t testing.TB, dir, name, typ string, der []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newCA(t testing.TB, name string) *testCA {
+	t.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          nextSerial(),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &testCA{cert: cert, key: key, pemFile: writePEM(t, t.TempDir(), name+"-ca.pem", "CERTIFICATE", der), pool: pool}
+}
+
+// issue creates a node certificate valid from notBefore to notAfter, with
+// both server- and client-auth usages and no subject alternative names (the
+// transport does not match host names), and returns its cert and key files.
+func (ca *testCA) issue(t testing.TB, name string, notBefore, notAfter time.Time) (certFile, keyFile string) {
+	t.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: nextSerial(),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	return writePEM(t, dir, name+".pem", "CERTIFICATE", der), writePEM(t, dir, name+"-key.pem", "PRIVATE KEY", pkcs8)
+}
+
+func (ca *testCA) valid(t testing.TB, name string) (string, string) {
+	return ca.issue(t, name, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+}
+
+func (ca *testCA) mutual(t testing.TB, name string) *tls.Config {
+	t.Helper()
+	c, k := ca.valid(t, name)
+	cfg, err := MutualTLS(c, k, ca.pemFile)
+	if err != nil {
+		t.Fatalf("MutualTLS: %v", err)
+	}
+	return cfg
+}
+
+func loadPair(t testing.TB, certFile, keyFile string) tls.Certificate {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair
+}
+
+// intruderTLS trusts any server (it tries its best to get in) and presents
+// cert, if any.
+func intruderTLS(cert *tls.Certificate) *tls.Config {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true} //nolint:gosec // the intruder
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	} else {
+		// Present no certificate, but pass Config.Validate.
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return &tls.Certificate{}, nil
+		}
+	}
+	return cfg
+}
+
+// attack sends a vote, a pre-vote and an AppendEntries with a much higher
+// term from tr to n. Any one of them reaching raft would change n's term.
+func attack(tr Transport, n *node, term uint64) []error {
+	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("intruder"), Addr: []byte(tr.LocalAddr())}
+	var ar raft.AppendEntriesResponse
+	var vr raft.RequestVoteResponse
+	var pr raft.RequestPreVoteResponse
+	return []error{
+		tr.AppendEntries(n.id, n.addr, &raft.AppendEntriesRequest{RPCHeader: hdr, Term: term + 10}, &ar),
+		tr.RequestVote(n.id, n.addr, &raft.RequestVoteRequest{RPCHeader: hdr, Term: term + 10, LastLogIndex: 1 << 40, LastLogTerm: term + 10}, &vr),
+		tr.RequestPreVote(n.id, n.addr, &raft.RequestPreVoteRequest{RPCHeader: hdr, Term: term + 10, LastLogIndex: 1 << 40, LastLogTerm: term + 10}, &pr),
+	}
+}
+
+func checkUnchanged(t *testing.T, nodes []*node, leader *node, term uint64) {
+	t.Helper()
+	for _, n := range nodes {
+		if got := n.r.CurrentTerm(); got != term {
+			t.Errorf("%s: term %d, want %d", n.id, got, term)
+		}
+		if addr, _ := n.r.LeaderWithID(); addr != leader.addr {
+			t.Errorf("%s: leader %q, want %q", n.id, addr, leader.addr)
+		}
+	}
+	if leader.r.State() != raft.Leader {
+		t.Errorf("leader %s is %v", leader.id, leader.r.State())
+	}
+}
+
+// TestTLSClusterRefusesIntruders runs a three-node cluster over mutual TLS
+// and shows that a node without a certificate, with one from another CA, with
+// an expired one, or without TLS at all cannot vote, append or join: its RPCs
+// fail and the cluster's leader and term stay. The last subtest is the
+// control: a node with a valid certificate sending the same RPCs does move
+// the cluster's term.
+func TestTLSClusterRefusesIntruders(t *testing.T) {
+	ca := newCA(t, "cluster")
+	nodes := startCluster(t,
+		newTestTCP(t, Config{TLS: ca.mutual(t, "n0"), Timeout: 2 * time.Second}),
+		newTestTCP(t, Config{TLS: ca.mutual(t, "n1"), Timeout: 2 * time.Second}),
+		newTestTCP(t, Config{TLS: ca.mutual(t, "n2"), Timeout: 2 * time.Second}))
+	leader, term := waitLeader(t, nodes)
+	if err := leader.r.Apply([]byte("x"), 5*time.Second).Error(); err != nil {
+		t.Fatalf("apply over TLS: %v", err)
+	}
+
+	other := newCA(t, "other")
+	oc, ok := other.valid(t, "other")
+	otherPair := loadPair(t, oc, ok)
+	ec, ek := ca.issue(t, "expired", time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour))
+	expiredPair := loadPair(t, ec, ek)
+	intruders := []struct {
+		name string
+		cfg  *tls.Config
+	}{
+		{"no certificate", intruderTLS(nil)},
+		{"other CA", intruderTLS(&otherPair)},
+		{"expired", intruderTLS(&expiredPair)},
+		{"plain TCP", nil},
+	}
+	for _, in := range intruders {
+		t.Run(in.name, func(t *testing.T) {
+			tr := newTestTCP(t, Config{TLS: in.cfg, Timeout: 2 * time.Second})
+			for _, n := range nodes {
+				for i, err := range attack(tr, n, term) {
+					if err == nil {
+						t.Errorf("RPC %d from intruder to %s succeeded", i, n.id)
+					}
+				}
+			}
+			checkUnchanged(t, nodes, leader, term)
+
+			// Join: the leader adds the intruder and tries to replicate to
+			// it; nothing may reach it. A valid node would get an
+			// AppendEntries within a few heartbeat intervals (see the
+			// control below), so half a second is ample.
+			if err := leader.r.AddNonvoter("intruder", tr.LocalAddr(), 0, 5*time.Second).Error(); err != nil {
+				t.Fatalf("AddNonvoter: %v", err)
+			}
+			select {
+			case rpc := <-tr.Consumer():
+				t.Errorf("intruder received %T from the cluster", rpc.Command)
+			case <-time.After(500 * time.Millisecond):
+			}
+			if err := leader.r.RemoveServer("intruder", 0, 5*time.Second).Error(); err != nil {
+				t.Fatalf("RemoveServer: %v", err)
+			}
+			checkUnchanged(t, nodes, leader, term)
+		})
+	}
+
+	t.Run("control: valid certificate gets through", func(t *testing.T) {
+		tr := newTestTCP(t, Config{TLS: ca.mutual(t, "rogue"), Timeout: 2 * time.Second})
+		stop := make(chan struct{})
+		got := make(chan raft.RPC, 1)
+		go func() {
+			select {
+			case rpc := <-tr.Consumer():
+				rpc.Respond(&raft.AppendEntriesResponse{Term: term, Success: false}, nil)
+				got <- rpc
+			case <-stop:
+			}
+		}()
+		if err := leader.r.AddNonvoter("rogue", tr.LocalAddr(), 0, 5*time.Second).Error(); err != nil {
+			t.Fatalf("AddNonvoter: %v", err)
+		}
+		select {
+		case <-got:
+		case <-time.After(5 * time.Second):
+			t.Error("a node with a valid certificate received nothing after joining")
+		}
+		close(stop)
+		if err := leader.r.RemoveServer("rogue", 0, 5*time.Second).Error(); err != nil {
+			t.Fatalf("RemoveServer: %v", err)
+		}
+		for i, err := range attack(tr, leader, term) {
+			if i == 0 && err != nil {
+				t.Errorf("AppendEntries with a valid certificate failed: %v", err)
+			}
+		}
+		waitFor(t, 5*time.Second, "the leader to adopt the higher term", func() bool {
+			return leader.r.CurrentTerm() > term
+		})
+	})
+}
+
+func TestMutualTLSErrors(t *testing.T) {
+	ca := newCA(t, "cluster")
+	other := newCA(t, "other")
+	cert, key := ca.valid(t, "n0")
+	otherCert, otherKey := other.valid(t, "x")
+	expCert, expKey := ca.issue(t, "old", time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour))
+	garbage := filepath.Join(t.TempDir(), "garbage.pem")
+	if err := os.WriteFile(garbage, []byte("not pem"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	tests := []struct {
+		name          string
+		cert, key, ca string
+		alsoNotExist  bool
+	}{
+		{"missing cert", missing, key, ca.pemFile, true},
+		{"missing key", cert, missing, ca.pemFile, true},
+		{"missing CA", cert, key, missing, true},
+		{"key of another cert", cert, otherKey, ca.pemFile, false},
+		{"garbage cert", garbage, key, ca.pemFile, false},
+		{"garbage CA", cert, key, garbage, false},
+		{"cert from another CA", otherCert, otherKey, ca.pemFile, false},
+		{"expired cert", expCert, expKey, ca.pemFile, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := MutualTLS(tc.cert, tc.key, tc.ca)
+			if !errors.Is(err, ErrCertificate) || cfg != nil {
+				t.Fatalf("MutualTLS = %v, %v; want ErrCertificate", cfg, err)
+			}
+			if tc.alsoNotExist && !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("err %v does not wrap fs.ErrNotExist", err)
+			}
+		})
+	}
+	cfg, err := MutualTLS(cert, key, ca.pemFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ClientAuth != tls.RequireAndVerifyClientCert || cfg.MinVersion < tls.VersionTLS12 || cfg.ClientCAs == nil || cfg.RootCAs == nil {
+		t.Fatalf("config does not require mutual TLS: %+v", cfg)
+	}
+}
