@@ -1,0 +1,247 @@
+package storageguard
+
+// # Guard, proxy and middleware
+//
+// A [Fence] trusts the epoch it is given. A [Guard] is what sits between the
+// wire and a fence: it turns an untrusted token into an epoch (verifying its
+// signature and its cluster, DESIGN.md I6) and only then lets the fence see
+// it, so a forged token with a huge term can never raise the fence and lock
+// real leaders out. [NewProxy] puts a Guard in front of any HTTP resource that
+// cannot check tokens itself (a fencing proxy: the proxy is the serialization
+// point, and must be the only path to the resource, I7); [Middleware] puts one
+// in front of a Go handler that owns its storage.
+//
+// Guarantees of Guard, proxy and middleware:
+//
+//   - A token that is missing, malformed, unsigned or badly signed (with a
+//     signing Verifier), or that names another cluster than GuardConfig.Cluster,
+//     is refused before the fence is touched: it neither raises nor reads it.
+//   - The write (the forwarded request, the wrapped handler) runs inside the
+//     fence's Do, so it runs only under an admitted epoch, and no newer epoch is
+//     admitted until every in-flight write under an older one has returned.
+//     The proxy returns from the write only after the backend's response has
+//     been copied to the client in full, or after it was cut off at
+//     ProxyConfig.Timeout.
+//   - Writes under the same epoch run concurrently.
+//
+// Non-guarantees:
+//
+//   - With no Verifier (or [epoch.Plain]) nothing is authenticated: anyone who
+//     can reach the Guard can present any epoch.
+//   - A request that reaches the resource around the proxy is unfenced.
+//   - Fencing refuses; it does not undo. A backend that keeps working on a
+//     request after the proxy cut it off at the timeout may still apply it,
+//     possibly after a newer epoch was admitted. Set the timeout above the
+//     backend's own.
+//   - Reads are not fenced unless they carry a token; a read admitted under an
+//     epoch can be stale by the time the client uses it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+
+	"github.com/termfence/termfence/epoch"
+)
+
+// ErrNoFence is returned by every call on a Guard that was built without a
+// fence (a nil Fence).
+var ErrNoFence = errors.New("storageguard: guard has no fence")
+
+// ErrBadConfig is returned by GuardConfig.Validate and ProxyConfig.Validate,
+// and by every call on a Guard or proxy built from an invalid config.
+var ErrBadConfig = errors.New("storageguard: bad config")
+
+// GuardConfig configures a Guard. The zero value is valid but authenticates
+// nothing; see Verifier.
+type GuardConfig struct {
+	// Cluster is the election group whose tokens the Guard admits. A token of
+	// another cluster is refused with a *ForeignError (ErrForeignCluster)
+	// before the fence is touched. Empty: no cluster check here beyond the
+	// fence's own, which refuses an epoch of another cluster than the one it
+	// first accepted for the resource.
+	Cluster string
+	// Verifier turns tokens into epochs. Nil means epoch.Plain(), which checks
+	// the form only and verifies nothing: any client can then present any
+	// epoch, including a forged huge term that locks real leaders out for
+	// good. NewGuard logs a warning (slog.Default) when Verifier is nil. Use
+	// epoch.NewHMAC or epoch.NewEd25519Verifier wherever tokens cross a trust
+	// boundary.
+	Verifier epoch.Verifier
+}
+
+// Validate reports whether c is usable: Cluster, if set, must be a valid
+// epoch name. The error wraps ErrBadConfig.
+func (c GuardConfig) Validate() error {
+	if c.Cluster != "" {
+		if err := epoch.ValidateName(c.Cluster); err != nil {
+			return fmt.Errorf("%w: cluster: %v", ErrBadConfig, err)
+		}
+	}
+	return nil
+}
+
+// Guard admits requests that carry tokens from the wire into a Fence. It
+// verifies each token (signature, form, cluster) first, and only then asks
+// the fence. A Guard is safe for concurrent use; it holds no state of its own
+// beyond its config, so several Guards may share one fence.
+type Guard struct {
+	fence    Fence
+	cluster  string
+	verifier epoch.Verifier
+	err      error // non-nil: every call fails with it
+}
+
+// NewGuard returns a Guard in front of f. It never panics: a nil f (or a nil
+// pointer in a Fence interface) makes every call fail with ErrNoFence, and an
+// invalid cfg makes every call fail with its Validate error. cfg is copied.
+func NewGuard(f Fence, cfg GuardConfig) *Guard {
+	g := &Guard{fence: f, cluster: cfg.Cluster, verifier: cfg.Verifier}
+	if err := cfg.Validate(); err != nil {
+		g.err = err
+	}
+	if isNilFence(f) {
+		g.err = ErrNoFence
+	}
+	if g.verifier == nil {
+		g.verifier = epoch.Plain()
+		slog.Warn("storageguard: Guard has no Verifier: tokens are not authenticated, any client can present any epoch")
+	}
+	return g
+}
+
+func isNilFence(f Fence) bool {
+	if f == nil {
+		return true
+	}
+	v := reflect.ValueOf(f)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+func (g *Guard) usable() error {
+	if g == nil {
+		return ErrNoFence
+	}
+	return g.err
+}
+
+// Verify turns token into an epoch without touching the fence: it refuses an
+// empty token with ErrUnauthenticated, a malformed one with an error wrapping
+// epoch.ErrMalformed, an unsigned or badly signed one (under a signing
+// Verifier) with an error wrapping both ErrUnauthenticated and the epoch
+// package's cause (epoch.ErrUnsigned, epoch.ErrBadSignature), and an epoch of
+// another cluster than GuardConfig.Cluster with a *ForeignError. resource
+// only names the resource in a ForeignError.
+func (g *Guard) Verify(resource, token string) (epoch.Epoch, error) {
+	if err := g.usable(); err != nil {
+		return epoch.Epoch{}, err
+	}
+	if token == "" {
+		return epoch.Epoch{}, fmt.Errorf("%w: no token", ErrUnauthenticated)
+	}
+	ep, err := g.verifier.Verify(token)
+	switch {
+	case err == nil:
+	case errors.Is(err, epoch.ErrUnsigned), errors.Is(err, epoch.ErrBadSignature):
+		return epoch.Epoch{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	case errors.Is(err, epoch.ErrMalformed):
+		return epoch.Epoch{}, fmt.Errorf("storageguard: token: %w", err)
+	default:
+		// A custom Verifier with an error of its own: the token did not
+		// verify, so it is not authenticated.
+		return epoch.Epoch{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	if err := ep.Validate(); err != nil {
+		// A custom Verifier returned an invalid epoch without an error.
+		return epoch.Epoch{}, fmt.Errorf("storageguard: token: %w", err)
+	}
+	if g.cluster != "" && ep.Cluster != g.cluster {
+		return epoch.Epoch{}, &ForeignError{Resource: resource, Presented: ep, Cluster: g.cluster}
+	}
+	return ep, nil
+}
+
+// admit checks everything that needs no fence: the guard itself, the
+// resource name and the token.
+func (g *Guard) admit(resource, token string) (epoch.Epoch, error) {
+	if err := g.usable(); err != nil {
+		return epoch.Epoch{}, err
+	}
+	if err := ValidateResource(resource); err != nil {
+		return epoch.Epoch{}, err
+	}
+	return g.Verify(resource, token)
+}
+
+// Do verifies token (see Verify) and, only if it is authentic, runs write
+// under its epoch through the fence's Do: write runs only if the epoch is not
+// older than the highest accepted for resource, and no newer epoch is admitted
+// for resource until write has returned; writes under the same epoch run
+// concurrently. write gets the admitted epoch. A nil write only admits the
+// epoch (raising the fence if it is newer), like Admit.
+//
+// Do returns write's error, or the refusal without calling write:
+// ErrBadResource for an empty resource name or one longer than
+// MaxResourceLen; ErrUnauthenticated, epoch.ErrMalformed or ErrForeignCluster
+// from Verify (the fence is not touched); *StaleError, *ConflictError or
+// *ForeignError from the fence; ErrNoFence or ErrBadConfig for a Guard that
+// cannot work.
+func (g *Guard) Do(ctx context.Context, resource, token string, write func(ctx context.Context, ep epoch.Epoch) error) error {
+	ep, err := g.admit(resource, token)
+	if err != nil {
+		return err
+	}
+	if write == nil {
+		return g.fence.Admit(ctx, resource, ep)
+	}
+	return g.fence.Do(ctx, resource, ep, func(ctx context.Context) error {
+		return write(ctx, ep)
+	})
+}
+
+// Admit verifies token and admits its epoch for resource without a write:
+// it raises the highest epoch if the token's is newer and refuses it if it is
+// older. It returns the admitted epoch. Refusals are those of Do.
+func (g *Guard) Admit(ctx context.Context, resource, token string) (epoch.Epoch, error) {
+	ep, err := g.admit(resource, token)
+	if err != nil {
+		return epoch.Epoch{}, err
+	}
+	if err := g.fence.Admit(ctx, resource, ep); err != nil {
+		return epoch.Epoch{}, err
+	}
+	return ep, nil
+}
+
+// Check verifies token and refuses its epoch if it is older than the highest
+// accepted for resource, without raising it: use it to fence reads. A read
+// that passed Check may be stale by the time it is used. It returns the
+// token's epoch. Refusals are those of Do.
+func (g *Guard) Check(ctx context.Context, resource, token string) (epoch.Epoch, error) {
+	ep, err := g.admit(resource, token)
+	if err != nil {
+		return epoch.Epoch{}, err
+	}
+	if err := g.fence.Check(ctx, resource, ep); err != nil {
+		return epoch.Epoch{}, err
+	}
+	return ep, nil
+}
+
+// Highest returns the highest epoch the fence has accepted for resource, or
+// the zero Epoch if none was.
+func (g *Guard) Highest(ctx context.Context, resource string) (epoch.Epoch, error) {
+	if err := g.usable(); err != nil {
+		return epoch.Epoch{}, err
+	}
+	if err := ValidateResource(resource); err != nil {
+		return epoch.Epoch{}, err
+	}
+	return g.fence.Highest(ctx, resource)
+}
