@@ -1,0 +1,527 @@
+package storageguard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard"
+)
+
+// fenceKind describes one Fence implementation for the shared suite.
+type fenceKind struct {
+	// open returns a fresh, empty fence; t.Cleanup closes it.
+	open func(t *testing.T) storageguard.Fence
+	// reopen, if set, returns a fence over the same durable state as the
+	// last one open returned (after closing that one).
+	reopen func(t *testing.T) storageguard.Fence
+	// serialWriters: the fence serializes all writers of a resource, even
+	// under one epoch (SQLite's database-wide write lock).
+	serialWriters bool
+	// goroutines and ops scale the concurrency test to the fence's speed.
+	goroutines, ops int
+}
+
+// testFence runs the behaviour every Fence must have.
+func testFence(t *testing.T, k fenceKind) {
+	t.Run("Kleppmann", func(t *testing.T) { testKleppmann(t, k.open(t)) })
+	t.Run("Refusals", func(t *testing.T) { testRefusals(t, k.open(t)) })
+	t.Run("WriteError", func(t *testing.T) { testWriteError(t, k.open(t)) })
+	t.Run("CheckDoesNotRaise", func(t *testing.T) { testCheck(t, k.open(t)) })
+	t.Run("ResourceNames", func(t *testing.T) { testResourceNames(t, k.open(t)) })
+	t.Run("Context", func(t *testing.T) { testContext(t, k.open(t)) })
+	t.Run("WritePanics", func(t *testing.T) { testWritePanics(t, k.open(t)) })
+	t.Run("Closed", func(t *testing.T) { testClosed(t, k.open(t)) })
+	if !k.serialWriters {
+		t.Run("SameEpochConcurrent", func(t *testing.T) { testSameEpochConcurrent(t, k.open(t)) })
+	}
+	t.Run("RaiseWaitsForOlderWrites", func(t *testing.T) { testRaiseWaits(t, k.open(t)) })
+	t.Run("ConcurrentRandomEpochs", func(t *testing.T) {
+		g, n := k.goroutines, k.ops
+		if g == 0 {
+			g, n = 16, 300
+		}
+		if testing.Short() {
+			n /= 4
+		}
+		testConcurrentRandom(t, k.open(t), g, n)
+	})
+	if k.reopen != nil {
+		t.Run("Reopen", func(t *testing.T) { testReopen(t, k) })
+	}
+}
+
+func testKleppmann(t *testing.T, f storageguard.Fence) {
+	ctx := context.Background()
+	e33, e34 := ep(33, "node-a"), ep(34, "node-b")
+	var data []string
+	if err := f.Do(ctx, "file", e33, func(context.Context) error { data = append(data, "A0"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Do(ctx, "file", e34, func(context.Context) error { data = append(data, "B"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	err := f.Do(ctx, "file", e33, func(context.Context) error { data = append(data, "A"); return nil })
+	var se *storageguard.StaleError
+	if !errors.Is(err, storageguard.ErrStale) || !errors.As(err, &se) || se.Presented != e33 || se.Highest != e34 || se.Resource != "file" {
+		t.Fatalf("stale write: err = %v", err)
+	}
+	if got := strings.Join(data, ","); got != "A0,B" {
+		t.Fatalf("data = %s, want A0,B", got)
+	}
+	if h, err := f.Highest(ctx, "file"); err != nil || h != e34 {
+		t.Fatalf("Highest = %v, %v; want %v", h, err, e34)
+	}
+	if err := f.Admit(ctx, "file", e33); !errors.Is(err, storageguard.ErrStale) {
+		t.Fatalf("Admit(33) = %v", err)
+	}
+	if err := f.Check(ctx, "file", e33); !errors.Is(err, storageguard.ErrStale) {
+		t.Fatalf("Check(33) = %v", err)
+	}
+	if err := f.Check(ctx, "file", e34); err != nil {
+		t.Fatalf("Check(34) = %v", err)
+	}
+}
+
+func testRefusals(t *testing.T, f storageguard.Fence) {
+	ctx := context.Background()
+	if err := f.Admit(ctx, "r", ep(10, "a")); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name     string
+		resource string
+		ep       epoch.Epoch
+		want     error
+	}{
+		{"stale", "r", ep(9, "a"), storageguard.ErrStale},
+		{"conflict", "r", ep(10, "b"), storageguard.ErrConflict},
+		{"foreign", "r", epoch.Epoch{Cluster: "billing", Term: 11, Leader: "a"}, storageguard.ErrForeignCluster},
+		{"zero", "r", epoch.Epoch{}, epoch.ErrMalformed},
+		{"malformed", "r", epoch.Epoch{Cluster: "payments", Term: 11, Leader: "a b"}, epoch.ErrMalformed},
+		{"empty resource", "", ep(11, "a"), storageguard.ErrBadResource},
+		{"long resource", strings.Repeat("r", storageguard.MaxResourceLen+1), ep(11, "a"), storageguard.ErrBadResource},
+	}
+	for _, c := range cases {
+		called := false
+		err := f.Do(ctx, c.resource, c.ep, func(context.Context) error { called = true; return nil })
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: Do = %v, want %v", c.name, err, c.want)
+		}
+		if called {
+			t.Errorf("%s: write ran although refused", c.name)
+		}
+		if err := f.Admit(ctx, c.resource, c.ep); !errors.Is(err, c.want) {
+			t.Errorf("%s: Admit = %v, want %v", c.name, err, c.want)
+		}
+		if err := f.Check(ctx, c.resource, c.ep); !errors.Is(err, c.want) {
+			t.Errorf("%s: Check = %v, want %v", c.name, err, c.want)
+		}
+	}
+	if h, err := f.Highest(ctx, "r"); err != nil || h != ep(10, "a") {
+		t.Fatalf("refusals changed the highest: %v %v", h, err)
+	}
+	if _, err := f.Highest(ctx, ""); !errors.Is(err, storageguard.ErrBadResource) {
+		t.Fatalf("Highest(\"\") = %v", err)
+	}
+	// A same-epoch write and a raise are still accepted.
+	if err := f.Do(ctx, "r", ep(10, "a"), func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Admit(ctx, "r", ep(11, "b")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testWriteError(t *testing.T, f storageguard.Fence) {
+	ctx := context.Background()
+	boom := errors.New("boom")
+	if err := f.Do(ctx, "r", ep(5, "a"), func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Do = %v, want write's error", err)
+	}
+	// The raise happened before write ran, and stays: the fence rejects, it
+	// does not undo.
+	if h, _ := f.Highest(ctx, "r"); h != ep(5, "a") {
+		t.Fatalf("Highest = %v after a failed write under a raise", h)
+	}
+	if err := f.Admit(ctx, "r", ep(4, "a")); !errors.Is(err, storageguard.ErrStale) {
+		t.Fatalf("Admit(4) = %v", err)
+	}
+}
+
+func testCheck(t *testing.T, f storageguard.Fence) {
+	ctx := context.Background()
+	if err := f.Check(ctx, "r", ep(7, "a")); err != nil {
+		t.Fatalf("Check on an unknown resource = %v", err)
+	}
+	if h, err := f.Highest(ctx, "r"); err != nil || !h.IsZero() {
+		t.Fatalf("Check raised: %v %v", h, err)
+	}
+	if err := f.Admit(ctx, "r", ep(7, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Check(ctx, "r", ep(9, "a")); err != nil {
+		t.Fatalf("Check(newer) = %v", err)
+	}
+	if h, _ := f.Highest(ctx, "r"); h != ep(7, "a") {
+		t.Fatalf("Check raised to %v", h)
+	}
+	if err := f.Admit(ctx, "r", ep(6, "a")); !errors.Is(err, storageguard.ErrStale) {
+		t.Fatalf("Admit(6) = %v", err)
+	}
+}
+
+func testResourceNames(t *testing.T, f storageguard.Fence) {
+	ctx := context.Background()
+	names := []string{
+		"a", "A", "../escape", "/abs/path", ".", "..", "a/b", "a\x00b", "\xff\xfe", "with space",
+		"ünïcødé", strings.Repeat("z", storageguard.MaxResourceLen), "CON", "x.tmp",
+	}
+	for i, n := range names {
+		if err := f.Admit(ctx, n, ep(uint64(100+i), "a")); err != nil {
+			t.Fatalf("Admit(%q) = %v", n, err)
+		}
+	}
+	for i, n := range names {
+		h, err := f.Highest(ctx, n)
+		if err != nil || h != ep(uint64(100+i), "a") {
+			t.Fatalf("Highest(%q) = %v, %v: resources are not independent", n, h, err)
+		}
+	}
+	if h, _ := f.Highest(ctx, "never"); !h.IsZero() {
+		t.Fatalf("unknown resource has highest %v", h)
+	}
+}
+
+func testContext(t *testing.T, f storageguard.Fence) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	called := false
+	err := f.Do(ctx, "r", ep(3, "a"), func(context.Context) error { called = true; return nil })
+	if !errors.Is(err, context.Canceled) || called {
+		t.Fatalf("Do with a cancelled context = %v (write ran: %v)", err, called)
+	}
+	// The write sees the caller's context.
+	type key struct{}
+	ctx = context.WithValue(context.Background(), key{}, "v")
+	err = f.Do(ctx, "r", ep(3, "a"), func(wctx context.Context) error {
+		if wctx.Value(key{}) != "v" {
+			return errors.New("write did not get the caller's context")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testWritePanics(t *testing.T, f storageguard.Fence) {
+	ctx := context.Background()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("panic was swallowed")
+			}
+		}()
+		_ = f.Do(ctx, "r", ep(3, "a"), func(context.Context) error { panic("write panicked") })
+	}()
+	// The lock was released: a raise and a same-epoch write still go through.
+	done := make(chan error, 1)
+	go func() { done <- f.Admit(ctx, "r", ep(4, "a")) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("raise blocked after a panicking write: lock leaked")
+	}
+}
+
+func testClosed(t *testing.T, f storageguard.Fence) {
+	ctx := context.Background()
+	if err := f.Admit(ctx, "r", ep(1, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Do(ctx, "r", ep(1, "a"), func(context.Context) error { return nil }); !errors.Is(err, storageguard.ErrClosed) {
+		t.Fatalf("Do after Close = %v", err)
+	}
+	if err := f.Admit(ctx, "r", ep(2, "a")); !errors.Is(err, storageguard.ErrClosed) {
+		t.Fatalf("Admit after Close = %v", err)
+	}
+	if err := f.Check(ctx, "r", ep(2, "a")); !errors.Is(err, storageguard.ErrClosed) {
+		t.Fatalf("Check after Close = %v", err)
+	}
+	if _, err := f.Highest(ctx, "r"); !errors.Is(err, storageguard.ErrClosed) {
+		t.Fatalf("Highest after Close = %v", err)
+	}
+	_ = f.Close() // a second Close must not panic
+}
+
+// testSameEpochConcurrent proves that two writes under one epoch are inside
+// write at the same time: each waits for the other to enter.
+func testSameEpochConcurrent(t *testing.T, f storageguard.Fence) {
+	ctx := context.Background()
+	e := ep(8, "a")
+	if err := f.Admit(ctx, "r", e); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	entered := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	errs := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- f.Do(ctx, "r", e, func(context.Context) error {
+				close(entered[i])
+				select {
+				case <-entered[1-i]:
+					return nil
+				case <-time.After(10 * time.Second):
+					return errors.New("same-epoch writes were serialized")
+				}
+			})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// testRaiseWaits: a raise must wait for a write in flight under the older
+// epoch, and the older epoch is refused afterwards.
+func testRaiseWaits(t *testing.T, f storageguard.Fence) {
+	ctx := context.Background()
+	e33, e34 := ep(33, "a"), ep(34, "b")
+	if err := f.Admit(ctx, "r", e33); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var raised atomic.Bool
+	writeDone := make(chan error, 1)
+	go func() {
+		writeDone <- f.Do(ctx, "r", e33, func(context.Context) error {
+			close(entered)
+			<-release
+			if raised.Load() {
+				return errors.New("epoch 34 was admitted while a write under 33 was running")
+			}
+			return nil
+		})
+	}()
+	<-entered
+	raiseDone := make(chan error, 1)
+	go func() {
+		err := f.Admit(ctx, "r", e34)
+		raised.Store(true)
+		raiseDone <- err
+	}()
+	// The injected fault: the old leader's write stalls. A fence that did
+	// not wait would complete the raise within this window.
+	select {
+	case err := <-raiseDone:
+		close(release)
+		<-writeDone
+		t.Fatalf("raise returned (%v) while a write under the older epoch was in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-writeDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-raiseDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Do(ctx, "r", e33, func(context.Context) error { return nil }); !errors.Is(err, storageguard.ErrStale) {
+		t.Fatalf("33 after the raise: %v", err)
+	}
+}
+
+// span is one accepted write: its term and the logical times at which it
+// started and ended.
+type span struct {
+	term       uint64
+	start, end int64
+}
+
+// checkSpans verifies I4 on one resource's accepted writes: ordered by
+// start, terms never decrease; and every write under an older term ended
+// before any write under a newer term started.
+func checkSpans(spans []span) error {
+	if len(spans) == 0 {
+		return nil
+	}
+	byStart := append([]span(nil), spans...)
+	sort.Slice(byStart, func(i, j int) bool { return byStart[i].start < byStart[j].start })
+	for i := 1; i < len(byStart); i++ {
+		if byStart[i].term < byStart[i-1].term {
+			return fmt.Errorf("term %d accepted (started at %d) after term %d (started at %d)",
+				byStart[i].term, byStart[i].start, byStart[i-1].term, byStart[i-1].start)
+		}
+	}
+	byTerm := append([]span(nil), spans...)
+	sort.Slice(byTerm, func(i, j int) bool { return byTerm[i].term < byTerm[j].term })
+	// maxEnd over all strictly older terms must precede every start.
+	var maxEnd int64 = -1
+	var maxEndTerm uint64
+	for i := 0; i < len(byTerm); {
+		j := i
+		for j < len(byTerm) && byTerm[j].term == byTerm[i].term {
+			if byTerm[j].start < maxEnd {
+				return fmt.Errorf("write under term %d started at %d, before a write under older term %d ended at %d",
+					byTerm[j].term, byTerm[j].start, maxEndTerm, maxEnd)
+			}
+			j++
+		}
+		for ; i < j; i++ {
+			if byTerm[i].end > maxEnd {
+				maxEnd, maxEndTerm = byTerm[i].end, byTerm[i].term
+			}
+		}
+	}
+	return nil
+}
+
+func TestCheckSpansDetects(t *testing.T) {
+	good := []span{{1, 0, 3}, {1, 1, 2}, {2, 4, 6}, {2, 5, 7}, {5, 8, 9}}
+	if err := checkSpans(good); err != nil {
+		t.Fatal(err)
+	}
+	overlap := []span{{1, 0, 5}, {2, 4, 6}}
+	if checkSpans(overlap) == nil {
+		t.Fatal("missed an older write still running when a newer started")
+	}
+	late := []span{{2, 0, 1}, {1, 2, 3}}
+	if checkSpans(late) == nil {
+		t.Fatal("missed an older write that started after a newer one")
+	}
+}
+
+// testConcurrentRandom runs many goroutines presenting random epochs,
+// mostly near each resource's newest, and checks I4 on what was accepted.
+func testConcurrentRandom(t *testing.T, f storageguard.Fence, goroutines, ops int) {
+	ctx := context.Background()
+	resources := []string{"r0", "r1", "r2"}
+	var clock atomic.Int64
+	var tops [3]atomic.Uint64
+	var mu sync.Mutex
+	spans := make([][]span, len(resources))
+	var wg sync.WaitGroup
+	var accepted, stale atomic.Int64
+	errc := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for i := 0; i < ops; i++ {
+				ri := rng.IntN(len(resources))
+				top := tops[ri].Load()
+				if rng.IntN(10) == 0 {
+					tops[ri].CompareAndSwap(top, top+1)
+					top++
+				}
+				term := top + 1
+				if d := uint64(rng.IntN(3)); d < term {
+					term -= d
+				}
+				e := ep(term, fmt.Sprintf("n%d", term%3))
+				err := f.Do(ctx, resources[ri], e, func(context.Context) error {
+					s := span{term: term, start: clock.Add(1)}
+					for k := 0; k < rng.IntN(4); k++ {
+						runtime.Gosched()
+					}
+					s.end = clock.Add(1)
+					mu.Lock()
+					spans[ri] = append(spans[ri], s)
+					mu.Unlock()
+					return nil
+				})
+				switch {
+				case err == nil:
+					accepted.Add(1)
+				case errors.Is(err, storageguard.ErrStale):
+					stale.Add(1)
+				default:
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	for ri, r := range resources {
+		if err := checkSpans(spans[ri]); err != nil {
+			t.Errorf("%s: %v", r, err)
+		}
+		var max uint64
+		for _, s := range spans[ri] {
+			max = maxU(max, s.term)
+		}
+		if h, err := f.Highest(ctx, r); err != nil || h.Term != max {
+			t.Errorf("%s: Highest = %v, %v; want term %d", r, h, err, max)
+		}
+	}
+	t.Logf("%d accepted, %d stale", accepted.Load(), stale.Load())
+	if accepted.Load() == 0 || stale.Load() == 0 {
+		t.Fatalf("test did not exercise both paths: %d accepted, %d stale", accepted.Load(), stale.Load())
+	}
+}
+
+func maxU(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func testReopen(t *testing.T, k fenceKind) {
+	ctx := context.Background()
+	f := k.open(t)
+	for i := 0; i < 20; i++ {
+		if err := f.Admit(ctx, fmt.Sprintf("res-%d", i), ep(uint64(10+i), "a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Admit(ctx, "res-0", ep(50, "b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g := k.reopen(t)
+	for i := 0; i < 20; i++ {
+		want := ep(uint64(10+i), "a")
+		if i == 0 {
+			want = ep(50, "b")
+		}
+		h, err := g.Highest(ctx, fmt.Sprintf("res-%d", i))
+		if err != nil || h != want {
+			t.Fatalf("after reopen res-%d: Highest = %v, %v; want %v", i, h, err, want)
+		}
+	}
+	if err := g.Admit(ctx, "res-0", ep(49, "a")); !errors.Is(err, storageguard.ErrStale) {
+		t.Fatalf("after reopen an older epoch was admitted: %v", err)
+	}
+}
