@@ -416,7 +416,8 @@ func TestCheckSpansDetects(t *testing.T) {
 
 // testConcurrentRandom runs many goroutines presenting random epochs,
 // mostly near each resource's newest, and checks I4 on what was accepted.
-func testConcurrentRandom(t *testing.T, f storageguard.Fence, goroutines, ops int) {
+func testConcurrentRandom(t *testing.T, f storageguard.Fence, goroutines, ops int, more ...storageguard.Fence) {
+	fences := append([]storageguard.Fence{f}, more...)
 	ctx := context.Background()
 	resources := []string{"r0", "r1", "r2"}
 	var clock atomic.Int64
@@ -430,6 +431,7 @@ func testConcurrentRandom(t *testing.T, f storageguard.Fence, goroutines, ops in
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			f := fences[g%len(fences)]
 			rng := rand.New(rand.NewPCG(uint64(g), 7))
 			for i := 0; i < ops; i++ {
 				ri := rng.IntN(len(resources))
@@ -524,4 +526,23 @@ func testReopen(t *testing.T, k fenceKind) {
 	if err := g.Admit(ctx, "res-0", ep(49, "a")); !errors.Is(err, storageguard.ErrStale) {
 		t.Fatalf("after reopen an older epoch was admitted: %v", err)
 	}
+}
+
+// testFenceTwoHandles: two fences over one durable state (two processes'
+// view) see each other's raises and exclude each other's writes.
+func testFenceTwoHandles(t *testing.T, a, b storageguard.Fence) {
+	ctx := context.Background()
+	if err := a.Admit(ctx, "x", ep(33, "node-a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Admit(ctx, "x", ep(34, "node-b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Do(ctx, "x", ep(33, "node-a"), func(context.Context) error { return nil }); !errors.Is(err, storageguard.ErrStale) {
+		t.Fatalf("handle a admitted 33 after handle b raised to 34: %v", err)
+	}
+	if h, _ := a.Highest(ctx, "x"); h != ep(34, "node-b") {
+		t.Fatalf("handle a sees %v", h)
+	}
+	testConcurrentRandom(t, a, 16, 200, b)
 }
