@@ -1,0 +1,280 @@
+package chaos
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Report is the verdict on a History.
+type Report struct {
+	Ops           int // operations that reached (or may have reached) the store
+	Acked         int // writes the store acknowledged
+	RefusedStale  int // writes refused with 409
+	Indeterminate int // writes with unknown outcome
+	// StaleAccepted counts writes the store accepted after it had accepted
+	// a higher term (seen in the real-time order of the store's answers).
+	StaleAccepted int
+	// Lost counts acknowledged writes the store later forgot: a read went
+	// back to an older record, or the post-run state is below them.
+	Lost int
+	// Linearizable is porcupine's verdict against the fenced register.
+	Linearizable porcupine.CheckResult
+	// LeaderConflicts lists terms claimed by more than one leader.
+	LeaderConflicts []string
+	// ContractBreaks lists answers that broke the error contract.
+	ContractBreaks []string
+	// Details explains each stale or lost write.
+	Details []string
+
+	info  porcupine.LinearizationInfo
+	model porcupine.Model
+}
+
+// OK reports whether the history satisfied every check.
+func (r Report) OK() bool {
+	return r.StaleAccepted == 0 && r.Lost == 0 && r.Linearizable == porcupine.Ok &&
+		len(r.LeaderConflicts) == 0 && len(r.ContractBreaks) == 0
+}
+
+// Violated reports whether the history shows the fence failing: a stale
+// write accepted, an acknowledged write lost, or a history porcupine proved
+// not linearizable. It is false for an Unknown (timed-out) verdict.
+func (r Report) Violated() bool {
+	return r.StaleAccepted > 0 || r.Lost > 0 || r.Linearizable == porcupine.Illegal
+}
+
+// Line is the one-line summary every run prints.
+func (r Report) Line(seed int64, faults int) string {
+	lin := "unknown"
+	switch r.Linearizable {
+	case porcupine.Ok:
+		lin = "true"
+	case porcupine.Illegal:
+		lin = "false"
+	}
+	return fmt.Sprintf("chaos: seed=%d faults=%d ops=%d acked=%d refused_stale=%d stale_accepted=%d lost=%d linearizable=%s",
+		seed, faults, r.Ops, r.Acked, r.RefusedStale, r.StaleAccepted, r.Lost, lin)
+}
+
+// Visualize writes porcupine's HTML visualization of the checked history.
+func (r Report) Visualize(path string) error {
+	if r.model.Step == nil {
+		return fmt.Errorf("chaos: nothing to visualize")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	if err := porcupine.VisualizePath(r.model, r.info, path); err != nil {
+		return fmt.Errorf("chaos: visualize: %w", err)
+	}
+	return nil
+}
+
+// evidence is a moment by which the store provably held a term for a
+// resource: the return of an answer that named it as accepted or highest.
+type evidence struct {
+	at   time.Duration
+	term uint64
+}
+
+// Check runs every check on h. timeout bounds porcupine (0: none); a
+// timed-out check reports Linearizable Unknown.
+func Check(h History, timeout time.Duration) Report {
+	var r Report
+	writers := map[string]int{} // write value -> index in h.Ops
+	epochs := map[candidate]bool{}
+	leadersOfTerm := map[uint64]map[string]bool{}
+	noteLeader := func(term uint64, leader string) {
+		if term == 0 || leader == "" {
+			return
+		}
+		epochs[candidate{term, leader}] = true
+		if leadersOfTerm[term] == nil {
+			leadersOfTerm[term] = map[string]bool{}
+		}
+		leadersOfTerm[term][leader] = true
+	}
+	ev := map[string][]evidence{}
+	readTerm := map[string]candidate{} // write value -> epoch a read saw it with
+
+	for i, op := range h.Ops {
+		if op.Contract != "" {
+			r.ContractBreaks = append(r.ContractBreaks, fmt.Sprintf("%s %s via %q at %v: %s", op.Kind, op.Value, op.Node, op.Call, op.Contract))
+		}
+		switch op.Outcome {
+		case Acked:
+			writers[op.Value] = i
+			r.Acked++
+			noteLeader(op.Term, op.Leader)
+			ev[op.Resource] = append(ev[op.Resource], evidence{op.Return, op.Term})
+		case Refused:
+			writers[op.Value] = i
+			r.RefusedStale++
+			noteLeader(op.Term, op.Leader)
+			noteLeader(op.HighestTerm, op.HighestLeader)
+			if op.HighestTerm > 0 {
+				ev[op.Resource] = append(ev[op.Resource], evidence{op.Return, op.HighestTerm})
+			}
+		case Indeterminate:
+			writers[op.Value] = i
+			r.Indeterminate++
+		case ReadValue:
+			noteLeader(op.Term, op.Leader)
+			readTerm[op.Value] = candidate{op.Term, op.Leader}
+			ev[op.Resource] = append(ev[op.Resource], evidence{op.Return, op.Term})
+		}
+	}
+	for _, c := range h.Claims {
+		noteLeader(c.Term, c.Leader)
+		if c.Node != c.Leader {
+			r.LeaderConflicts = append(r.LeaderConflicts, fmt.Sprintf("node %s held epoch %d/%s naming another leader", c.Node, c.Term, c.Leader))
+		}
+	}
+	var terms []uint64
+	for t, ls := range leadersOfTerm {
+		if len(ls) > 1 {
+			terms = append(terms, t)
+		}
+	}
+	sort.Slice(terms, func(i, j int) bool { return terms[i] < terms[j] })
+	for _, t := range terms {
+		r.LeaderConflicts = append(r.LeaderConflicts, fmt.Sprintf("term %d claimed by %s", t, strings.Join(sortedKeys(leadersOfTerm[t]), ", ")))
+	}
+
+	for res := range ev {
+		e := ev[res]
+		sort.Slice(e, func(i, j int) bool { return e[i].at < e[j].at })
+	}
+	// highestBefore returns the highest term the store provably held for
+	// res before t, and the earliest moment it was known to hold it.
+	highestBefore := func(res string, t time.Duration) (uint64, time.Duration) {
+		var best uint64
+		var at time.Duration
+		for _, e := range ev[res] {
+			if e.at >= t {
+				break
+			}
+			if e.term > best {
+				best, at = e.term, e.at
+			}
+		}
+		return best, at
+	}
+
+	stale := map[string]bool{}
+	lost := map[string]bool{}
+	for _, op := range h.Ops {
+		switch op.Outcome {
+		case Acked:
+			if hb, at := highestBefore(op.Resource, op.Call); hb > op.Term && !stale[op.Value] {
+				stale[op.Value] = true
+				r.Details = append(r.Details, fmt.Sprintf("stale accepted: write %s term %d via %s called at %v, after the store held term %d at %v", op.Value, op.Term, op.Node, op.Call, hb, at))
+			}
+		case ReadValue:
+			hb, at := highestBefore(op.Resource, op.Call)
+			if hb <= op.Term {
+				continue
+			}
+			wi, ok := writers[op.Value]
+			if !ok {
+				continue // a value nobody wrote: porcupine refuses it
+			}
+			w := h.Ops[wi]
+			if w.Outcome == Acked && w.Return < at {
+				if !lost[op.Value] {
+					lost[op.Value] = true
+					r.Details = append(r.Details, fmt.Sprintf("lost: read at %v went back to %s term %d, acknowledged at %v, after the store held term %d at %v", op.Call, w.Value, op.Term, w.Return, hb, at))
+				}
+				continue
+			}
+			if !stale[op.Value] {
+				stale[op.Value] = true
+				r.Details = append(r.Details, fmt.Sprintf("stale accepted: read at %v returned %s term %d (write via %s called at %v, %s), after the store held term %d at %v", op.Call, w.Value, op.Term, w.Node, w.Call, w.Outcome, hb, at))
+			}
+		}
+	}
+	for _, res := range sortedKeys(h.Final) {
+		f := h.Final[res]
+		floor := f.Term
+		if !f.Found {
+			floor = 0
+		}
+		if f.Highest < floor {
+			floor = f.Highest
+		}
+		for _, op := range h.Ops {
+			if op.Resource == res && op.Outcome == Acked && op.Term > floor && !lost[op.Value] {
+				lost[op.Value] = true
+				r.Details = append(r.Details, fmt.Sprintf("lost: acknowledged write %s term %d on %s; after the run the store reads term %d (found %t), highest %d", op.Value, op.Term, res, f.Term, f.Found, f.Highest))
+			}
+		}
+	}
+	r.StaleAccepted = len(stale)
+	r.Lost = len(lost)
+
+	// Porcupine history. Indeterminate writes never return: they get a
+	// return time after every other event.
+	var end int64
+	for _, op := range h.Ops {
+		if int64(op.Return) > end {
+			end = int64(op.Return)
+		}
+		if int64(op.Call) > end {
+			end = int64(op.Call)
+		}
+	}
+	if end < math.MaxInt64 {
+		end++
+	}
+	var ops []porcupine.Operation
+	for i, op := range h.Ops {
+		in := input{Op: op, Index: i}
+		ret := int64(op.Return)
+		switch op.Outcome {
+		case Acked, Refused, ReadValue, ReadMissing:
+		case Indeterminate:
+			ret = end
+			if c, ok := readTerm[op.Value]; ok {
+				in.Candidates = []candidate{c}
+			} else {
+				in.Candidates = candidatesFor(op.Node, epochs)
+			}
+		default:
+			continue
+		}
+		ops = append(ops, porcupine.Operation{ClientId: op.Client, Input: in, Call: int64(op.Call), Output: op.Outcome, Return: ret})
+	}
+	r.Ops = len(ops)
+	r.model = fencedRegister()
+	r.Linearizable, r.info = porcupine.CheckOperationsVerbose(r.model, ops, timeout)
+	return r
+}
+
+// candidatesFor lists the epochs node was ever seen leading, oldest first:
+// the epochs a write it stamped can have carried.
+func candidatesFor(node string, epochs map[candidate]bool) []candidate {
+	var out []candidate
+	for c := range epochs {
+		if c.Leader == node {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Term < out[j].Term })
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,233 @@
+package chaos
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// ms is a readable timestamp for synthetic histories.
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func write(client int, value, node string, call, ret int, out Outcome, term uint64) Op {
+	return Op{Client: client, Kind: Write, Resource: "register", Value: value, Node: node,
+		Call: ms(call), Return: ms(ret), Outcome: out, Term: term, Leader: node}
+}
+
+func refused(client int, value, node string, call, ret int, term uint64, highest uint64, highLeader string) Op {
+	op := write(client, value, node, call, ret, Refused, term)
+	op.HighestTerm, op.HighestLeader = highest, highLeader
+	return op
+}
+
+func read(client int, value string, term uint64, leader string, call, ret int) Op {
+	return Op{Client: client, Kind: Read, Resource: "register", Value: value, Call: ms(call), Return: ms(ret),
+		Outcome: ReadValue, Term: term, Leader: leader}
+}
+
+func final(value string, term uint64, leader string) map[string]FinalState {
+	return map[string]FinalState{"register": {Found: true, Value: value, Term: term, Leader: leader, Highest: term}}
+}
+
+func TestCheckFencedHistoryPasses(t *testing.T) {
+	h := History{
+		Ops: []Op{
+			{Client: 3, Kind: Read, Resource: "register", Call: ms(0), Return: ms(1), Outcome: ReadMissing},
+			write(0, "a", "n1", 2, 4, Acked, 5),
+			read(3, "a", 5, "n1", 5, 6),
+			write(1, "b", "n2", 7, 9, Acked, 6),
+			refused(0, "c", "n1", 3, 12, 5, 6, "n2"), // paused old leader, refused
+			read(3, "b", 6, "n2", 13, 14),
+			// concurrent writes under one term: either order
+			write(0, "d", "n2", 15, 20, Acked, 6),
+			write(1, "e", "n2", 16, 19, Acked, 6),
+			read(3, "d", 6, "n2", 21, 22),
+		},
+		Claims: []Claim{{At: ms(1), Node: "n1", Term: 5, Leader: "n1"}, {At: ms(8), Node: "n2", Term: 6, Leader: "n2"}},
+		Final:  final("d", 6, "n2"),
+	}
+	r := Check(h, 0)
+	if !r.OK() || r.Violated() {
+		t.Fatalf("fenced history flagged: %+v", r)
+	}
+	if r.Acked != 4 || r.RefusedStale != 1 || r.Ops != 9 {
+		t.Fatalf("counts: %+v", r)
+	}
+	want := "chaos: seed=7 faults=3 ops=9 acked=4 refused_stale=1 stale_accepted=0 lost=0 linearizable=true"
+	if got := r.Line(7, 3); got != want {
+		t.Fatalf("line\n got %s\nwant %s", got, want)
+	}
+}
+
+// The seed's scenario without a fence: the paused leader's write with
+// token 33 lands after token 34 was accepted and read back.
+func TestCheckStaleWriteAfterNewerReadIsViolation(t *testing.T) {
+	h := History{
+		Ops: []Op{
+			write(0, "a33", "n1", 0, 50, Acked, 33), // in flight across the pause
+			write(1, "b34", "n2", 10, 12, Acked, 34),
+			read(2, "b34", 34, "n2", 13, 14),
+			read(2, "a33", 33, "n1", 51, 52),
+		},
+		Final: final("a33", 33, "n1"),
+	}
+	r := Check(h, 0)
+	if r.Linearizable != porcupine.Illegal {
+		t.Fatalf("linearizable = %v, want Illegal", r.Linearizable)
+	}
+	if r.StaleAccepted != 1 || !r.Violated() || r.OK() {
+		t.Fatalf("stale_accepted = %d, want 1: %+v", r.StaleAccepted, r.Details)
+	}
+	// The final state is also below the acknowledged 34.
+	if r.Lost != 1 {
+		t.Fatalf("lost = %d, want 1 (b34): %v", r.Lost, r.Details)
+	}
+}
+
+func TestCheckAckedAfterHigherTermIsStale(t *testing.T) {
+	h := History{Ops: []Op{
+		write(1, "b34", "n2", 0, 2, Acked, 34),
+		write(0, "a33", "n1", 3, 4, Acked, 33),
+	}}
+	r := Check(h, 0)
+	if r.StaleAccepted != 1 || r.Linearizable != porcupine.Illegal {
+		t.Fatalf("got stale=%d lin=%v, want 1 Illegal", r.StaleAccepted, r.Linearizable)
+	}
+}
+
+// An indeterminate write may take effect late, but only if its epoch is
+// still admitted then.
+func TestCheckIndeterminateWrites(t *testing.T) {
+	claims := []Claim{{Node: "n1", Term: 5, Leader: "n1"}}
+	t.Run("applied late", func(t *testing.T) {
+		h := History{Ops: []Op{
+			write(0, "x", "n1", 0, 0, Indeterminate, 0),
+			read(1, "x", 5, "n1", 10, 11),
+		}, Claims: claims}
+		if r := Check(h, 0); !r.OK() {
+			t.Fatalf("flagged: %+v", r)
+		}
+	})
+	t.Run("never applied", func(t *testing.T) {
+		h := History{Ops: []Op{
+			write(0, "x", "n1", 0, 0, Indeterminate, 0),
+			{Client: 1, Kind: Read, Resource: "register", Call: ms(10), Return: ms(11), Outcome: ReadMissing},
+		}, Claims: claims}
+		if r := Check(h, 0); !r.OK() {
+			t.Fatalf("flagged: %+v", r)
+		}
+	})
+	t.Run("applied after a higher term", func(t *testing.T) {
+		h := History{Ops: []Op{
+			write(0, "x", "n1", 0, 0, Indeterminate, 0),
+			write(1, "y", "n2", 2, 3, Acked, 6),
+			read(2, "y", 6, "n2", 4, 5),
+			read(2, "x", 5, "n1", 6, 7),
+		}, Claims: claims}
+		r := Check(h, 0)
+		if r.Linearizable != porcupine.Illegal || r.StaleAccepted != 1 {
+			t.Fatalf("got lin=%v stale=%d, want Illegal 1", r.Linearizable, r.StaleAccepted)
+		}
+	})
+	t.Run("raised the fence unseen", func(t *testing.T) {
+		// n1's write with term 7 may have landed; a later 409 names it.
+		h := History{Ops: []Op{
+			write(0, "x", "n1", 0, 0, Indeterminate, 0),
+			refused(1, "y", "n2", 5, 6, 6, 7, "n1"),
+		}, Claims: []Claim{{Node: "n1", Term: 7, Leader: "n1"}, {Node: "n2", Term: 6, Leader: "n2"}}}
+		if r := Check(h, 0); !r.OK() {
+			t.Fatalf("flagged: %+v", r)
+		}
+	})
+}
+
+func TestCheckLostWrites(t *testing.T) {
+	t.Run("read goes back", func(t *testing.T) {
+		h := History{Ops: []Op{
+			write(0, "a", "n1", 0, 1, Acked, 5),
+			write(0, "b", "n2", 2, 3, Acked, 6),
+			read(1, "a", 5, "n1", 4, 5),
+		}}
+		r := Check(h, 0)
+		if r.Lost != 1 || r.Linearizable != porcupine.Illegal || r.StaleAccepted != 0 {
+			t.Fatalf("got lost=%d stale=%d lin=%v: %v", r.Lost, r.StaleAccepted, r.Linearizable, r.Details)
+		}
+	})
+	t.Run("final state below acknowledged", func(t *testing.T) {
+		h := History{Ops: []Op{write(0, "a", "n1", 0, 1, Acked, 5)},
+			Final: map[string]FinalState{"register": {Found: false}}}
+		r := Check(h, 0)
+		if r.Lost != 1 || r.OK() {
+			t.Fatalf("got lost=%d: %+v", r.Lost, r)
+		}
+	})
+	t.Run("status highest below acknowledged", func(t *testing.T) {
+		h := History{Ops: []Op{write(0, "a", "n1", 0, 1, Acked, 5)},
+			Final: map[string]FinalState{"register": {Found: true, Value: "a", Term: 5, Highest: 4}}}
+		if r := Check(h, 0); r.Lost != 1 {
+			t.Fatalf("got lost=%d", r.Lost)
+		}
+	})
+}
+
+func TestCheckWrongRefusalIsNotLinearizable(t *testing.T) {
+	// 409 for a term above every accepted one: the store refused a write it
+	// should have applied.
+	h := History{Ops: []Op{
+		write(0, "a", "n1", 0, 1, Acked, 5),
+		refused(0, "b", "n2", 2, 3, 6, 5, "n1"),
+	}}
+	if r := Check(h, 0); r.Linearizable != porcupine.Illegal {
+		t.Fatalf("lin = %v, want Illegal", r.Linearizable)
+	}
+}
+
+func TestCheckLeaderConflicts(t *testing.T) {
+	h := History{Claims: []Claim{
+		{Node: "n1", Term: 7, Leader: "n1"},
+		{Node: "n2", Term: 7, Leader: "n2"},
+		{Node: "n3", Term: 8, Leader: "n1"},
+	}}
+	r := Check(h, 0)
+	if len(r.LeaderConflicts) != 2 || r.OK() {
+		t.Fatalf("conflicts = %v", r.LeaderConflicts)
+	}
+	if !strings.Contains(strings.Join(r.LeaderConflicts, "\n"), "term 7 claimed by n1, n2") {
+		t.Fatalf("conflicts = %v", r.LeaderConflicts)
+	}
+}
+
+func TestCheckContractBreak(t *testing.T) {
+	op := write(0, "a", "n1", 0, 1, Indeterminate, 0)
+	op.Status, op.Contract = 500, "5xx from a reachable store"
+	r := Check(History{Ops: []Op{op}}, 0)
+	if len(r.ContractBreaks) != 1 || r.OK() {
+		t.Fatalf("contract breaks = %v", r.ContractBreaks)
+	}
+}
+
+func TestReportVisualize(t *testing.T) {
+	h := History{Ops: []Op{
+		write(1, "b34", "n2", 0, 2, Acked, 34),
+		write(0, "a33", "n1", 3, 4, Acked, 33),
+	}}
+	r := Check(h, 0)
+	path := filepath.Join(t.TempDir(), "sub", "history.html")
+	if err := r.Visualize(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "a33") {
+		t.Fatalf("visualization does not name the operations")
+	}
+	if err := (Report{}).Visualize(path); err == nil {
+		t.Fatal("empty report visualized")
+	}
+}

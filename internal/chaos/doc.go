@@ -1,0 +1,45 @@
+// Package chaos is termfence's process-level fault suite: it runs the
+// example cluster (examples/cluster `node` and `store`) as real processes on
+// loopback TCP, drives writes through whichever node leads, injects faults
+// from a seeded nemesis, and checks the recorded history.
+//
+// # What is injected
+//
+// SIGSTOP/SIGCONT of the leader for 1-5 leases (the lease here is the
+// node's -heartbeat: the time after which followers may elect another
+// leader), with writes arranged to be in flight at the pause; SIGKILL and
+// restart of any node on the same data dir; partitions through each node's
+// test-only POST /fault; leadership transfers through POST /resign; SIGKILL
+// and restart of the store on the same -data.
+//
+// # What is checked
+//
+//   - Linearizability (porcupine) against a fenced register per resource: a
+//     write is applied iff its term is at least the highest applied (an equal
+//     term must name the same leader), a refused write changes nothing, a
+//     read returns the last applied write. A write whose outcome the client
+//     could not learn (timeout, reset, a 5xx while the store was down) is
+//     indeterminate: it may take effect at any later time, with any epoch its
+//     node was seen holding, or never.
+//   - Accepted terms per resource never go back in the real-time order of
+//     the store's answers (stale_accepted counts writes that broke this).
+//   - At most one leader per term, from frequent GET /status polls of every
+//     node (claims of nodes in state Leader with a non-empty epoch).
+//   - No acknowledged write is lost, also across store restarts: a read that
+//     goes back to an older acknowledged record, or a post-run store state
+//     below the highest acknowledged term, counts as lost.
+//   - Every refusal is a clear error: 409/401/403 with a JSON error body;
+//     a 200 always names the accepted epoch; no 5xx while the store is up.
+//
+// On a violation the run writes porcupine's HTML visualization and the seed
+// under the failures directory and prints their paths.
+//
+// # What is not guaranteed
+//
+// The suite samples: a passing run shows that these faults, at these
+// moments, did not break the invariants; it proves nothing about schedules
+// it did not produce. Pause lengths and kill times come from the seed, but
+// process scheduling does not, so replaying a seed replays the nemesis's
+// decisions, not the exact interleaving. Reads go straight to the store and
+// are not fenced; they observe the store, they are not protected by it.
+package chaos

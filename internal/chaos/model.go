@@ -1,0 +1,139 @@
+package chaos
+
+import (
+	"fmt"
+	"hash/fnv"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// register is the state of one fenced resource: the highest epoch the store
+// accepted and the record written with it.
+type register struct {
+	HighTerm   uint64
+	HighLeader string
+	Written    bool
+	Value      string
+	ValueTerm  uint64
+}
+
+// candidate is an epoch an indeterminate write may have carried.
+type candidate struct {
+	Term   uint64
+	Leader string
+}
+
+// input is a porcupine operation's input: the operation and, for an
+// indeterminate write, the epochs it may have been stamped with.
+type input struct {
+	Op
+	Index      int // in History.Ops
+	Candidates []candidate
+}
+
+// admits is the fence rule: a term above the highest, or the highest term
+// from the same leader.
+func (s register) admits(term uint64, leader string) bool {
+	return term > s.HighTerm || (term == s.HighTerm && leader == s.HighLeader)
+}
+
+func (s register) apply(term uint64, leader, value string) register {
+	return register{HighTerm: term, HighLeader: leader, Written: true, Value: value, ValueTerm: term}
+}
+
+// step is the fenced register's sequential specification. A write is applied
+// iff its epoch is admitted; a refused write leaves the state alone; an
+// indeterminate write either never took effect or was applied with one of
+// its candidate epochs (if admitted); a read returns the current record.
+func step(state interface{}, in interface{}, _ interface{}) []interface{} {
+	s := state.(register)
+	op := in.(input)
+	switch op.Kind {
+	case Write:
+		switch op.Outcome {
+		case Acked:
+			if s.admits(op.Term, op.Leader) {
+				return []interface{}{s.apply(op.Term, op.Leader, op.Value)}
+			}
+			return nil
+		case Refused:
+			if s.admits(op.Term, op.Leader) {
+				return nil
+			}
+			return []interface{}{s}
+		case Indeterminate:
+			next := []interface{}{s}
+			for _, c := range op.Candidates {
+				if s.admits(c.Term, c.Leader) {
+					next = append(next, s.apply(c.Term, c.Leader, op.Value))
+				}
+			}
+			return next
+		}
+	case Read:
+		switch op.Outcome {
+		case ReadValue:
+			if s.Written && s.Value == op.Value && s.ValueTerm == op.Term {
+				return []interface{}{s}
+			}
+			return nil
+		case ReadMissing:
+			if !s.Written {
+				return []interface{}{s}
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// fencedRegister is the porcupine model: one fenced register per resource.
+func fencedRegister() porcupine.Model {
+	nm := porcupine.NondeterministicModel{
+		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+			byRes := map[string][]porcupine.Operation{}
+			var order []string
+			for _, o := range history {
+				r := o.Input.(input).Resource
+				if _, ok := byRes[r]; !ok {
+					order = append(order, r)
+				}
+				byRes[r] = append(byRes[r], o)
+			}
+			out := make([][]porcupine.Operation, 0, len(order))
+			for _, r := range order {
+				out = append(out, byRes[r])
+			}
+			return out
+		},
+		Init: func() []interface{} { return []interface{}{register{}} },
+		Step: step,
+		Hash: func(state interface{}) uint64 {
+			s := state.(register)
+			h := fnv.New64a()
+			fmt.Fprintf(h, "%d/%s/%t/%s/%d", s.HighTerm, s.HighLeader, s.Written, s.Value, s.ValueTerm)
+			return h.Sum64()
+		},
+		DescribeOperation: func(in, _ interface{}) string {
+			op := in.(input)
+			switch {
+			case op.Kind == Read && op.Outcome == ReadMissing:
+				return fmt.Sprintf("read(%s) -> none", op.Resource)
+			case op.Kind == Read:
+				return fmt.Sprintf("read(%s) -> %s @%d/%s", op.Resource, op.Value, op.Term, op.Leader)
+			case op.Outcome == Indeterminate:
+				return fmt.Sprintf("write(%s, %s) via %s -> ? (terms %v)", op.Resource, op.Value, op.Node, op.Candidates)
+			default:
+				return fmt.Sprintf("write(%s, %s) @%d/%s via %s -> %s", op.Resource, op.Value, op.Term, op.Leader, op.Node, op.Outcome)
+			}
+		},
+		DescribeState: func(state interface{}) string {
+			s := state.(register)
+			if !s.Written {
+				return fmt.Sprintf("highest=%d/%s empty", s.HighTerm, s.HighLeader)
+			}
+			return fmt.Sprintf("highest=%d/%s value=%s@%d", s.HighTerm, s.HighLeader, s.Value, s.ValueTerm)
+		},
+	}
+	return nm.ToModel()
+}
