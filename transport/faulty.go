@@ -110,9 +110,10 @@ func (f *Faulty) Delay(d time.Duration) {
 
 // Drop makes every outbound RPC fail with ErrDropped with probability p,
 // decided by a pseudo-random sequence seeded with seed: the same seed and the
-// same order of calls give the same drops. p <= 0 (or NaN) turns dropping off;
-// p >= 1 drops everything. Only RPCs started while p > 0 draw from the
-// sequence.
+// same order of calls give the same drops (with RPCs sent from several
+// goroutines, which RPC gets which draw depends on their interleaving). p <= 0
+// (or NaN) turns dropping off; p >= 1 drops everything. Only RPCs that are not
+// partitioned and start while p > 0 draw from the sequence.
 func (f *Faulty) Drop(p float64, seed int64) {
 	if math.IsNaN(p) || p < 0 {
 		p = 0

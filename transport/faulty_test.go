@@ -232,8 +232,19 @@ func TestFaultyClosedAndConcurrentFaults(t *testing.T) {
 // cluster: the others elect a new leader in a higher term, the old leader
 // steps down, and after Heal the cluster has one leader again.
 func TestFaultyIsolateLeaderRaft(t *testing.T) {
-	fs, _ := inmemFaulty(t, 3)
-	nodes := startCluster(t, fs[0], fs[1], fs[2])
+	t.Run("inmem", func(t *testing.T) {
+		fs, _ := inmemFaulty(t, 3)
+		isolateLeader(t, startCluster(t, fast, fs[0], fs[1], fs[2]))
+	})
+	t.Run("tcp", func(t *testing.T) {
+		isolateLeader(t, startCluster(t, fast,
+			NewFaulty(newTestTCP(t, Config{})),
+			NewFaulty(newTestTCP(t, Config{})),
+			NewFaulty(newTestTCP(t, Config{}))))
+	})
+}
+
+func isolateLeader(t *testing.T, nodes []*node) {
 	leader, term := waitLeader(t, nodes)
 	lf := leader.trans.(*Faulty)
 
@@ -263,7 +274,7 @@ func TestFaultyIsolateLeaderRaft(t *testing.T) {
 // no entries, and after Heal it catches up.
 func TestFaultyCutFollowerRaft(t *testing.T) {
 	fs, _ := inmemFaulty(t, 3)
-	nodes := startCluster(t, fs[0], fs[1], fs[2])
+	nodes := startCluster(t, stable, fs[0], fs[1], fs[2])
 	leader, term := waitLeader(t, nodes)
 	if err := leader.r.Barrier(5 * time.Second).Error(); err != nil {
 		t.Fatal(err)

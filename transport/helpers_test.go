@@ -35,21 +35,31 @@ type nopSnapshot struct{}
 func (nopSnapshot) Persist(sink raft.SnapshotSink) error { return sink.Close() }
 func (nopSnapshot) Release()                             {}
 
-func fastConfig(id raft.ServerID) *raft.Config {
+// testConfig returns a raft config with heartbeat, election and lease
+// timeouts all set to d.
+func testConfig(id raft.ServerID, d time.Duration) *raft.Config {
 	c := raft.DefaultConfig()
 	c.LocalID = id
-	c.HeartbeatTimeout = 50 * time.Millisecond
-	c.ElectionTimeout = 50 * time.Millisecond
-	c.LeaderLeaseTimeout = 50 * time.Millisecond
+	c.HeartbeatTimeout = d
+	c.ElectionTimeout = d
+	c.LeaderLeaseTimeout = d
 	c.CommitTimeout = 5 * time.Millisecond
 	c.Logger = quietLogger()
 	return c
 }
 
+// fast is the timeout for tests that expect elections.
+const fast = 50 * time.Millisecond
+
+// stable is the timeout for tests that assert no election happens: long
+// enough that a loaded machine (-race, 2 cores, other packages' tests) does
+// not miss a lease by accident.
+const stable = time.Second
+
 // startCluster starts one raft node per transport, all bootstrapped with the
-// same three-voter configuration. Raft closes each transport on Shutdown,
-// which the test's cleanup runs.
-func startCluster(t *testing.T, transports ...Transport) []*node {
+// same configuration, with timeouts d. Raft closes each transport on
+// Shutdown, which the test's cleanup runs.
+func startCluster(t *testing.T, d time.Duration, transports ...Transport) []*node {
 	t.Helper()
 	var cfg raft.Configuration
 	nodes := make([]*node, len(transports))
@@ -59,10 +69,10 @@ func startCluster(t *testing.T, transports ...Transport) []*node {
 	}
 	for _, n := range nodes {
 		store := raft.NewInmemStore()
-		if err := raft.BootstrapCluster(fastConfig(n.id), store, store, raft.NewInmemSnapshotStore(), n.trans, cfg); err != nil {
+		if err := raft.BootstrapCluster(testConfig(n.id, d), store, store, raft.NewInmemSnapshotStore(), n.trans, cfg); err != nil {
 			t.Fatalf("bootstrap %s: %v", n.id, err)
 		}
-		r, err := raft.NewRaft(fastConfig(n.id), nopFSM{}, store, store, raft.NewInmemSnapshotStore(), n.trans)
+		r, err := raft.NewRaft(testConfig(n.id, d), nopFSM{}, store, store, raft.NewInmemSnapshotStore(), n.trans)
 		if err != nil {
 			t.Fatalf("new raft %s: %v", n.id, err)
 		}

@@ -42,6 +42,6 @@ func TestInmemClusterElects(t *testing.T) {
 	a.Connect(b)
 	a.Connect(c)
 	b.Connect(c)
-	nodes := startCluster(t, a, b, c)
+	nodes := startCluster(t, fast, a, b, c)
 	waitLeader(t, nodes)
 }

@@ -19,6 +19,7 @@ import (
 // included.
 type tcpTransport struct {
 	*raft.NetworkTransport
+	stream *streamLayer
 }
 
 // SetHeartbeatHandler deliberately ignores cb. raft.NetworkTransport would run
@@ -85,7 +86,7 @@ func NewTCP(bind, advertise string, cfg Config) (Transport, error) {
 		Timeout: c.Timeout,
 		Logger:  c.Logger,
 	})
-	return &tcpTransport{NetworkTransport: nt}, nil
+	return &tcpTransport{NetworkTransport: nt, stream: s}, nil
 }
 
 // advertiseAddr is an advertise address kept as text (a host name stays a
@@ -231,6 +232,13 @@ func (s *streamLayer) Close() error {
 }
 
 func (s *streamLayer) Addr() net.Addr { return s.advertise }
+
+// open reports how many connections are open.
+func (s *streamLayer) open() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
 
 type trackedConn struct {
 	net.Conn

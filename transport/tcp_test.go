@@ -96,7 +96,7 @@ func TestRawNetworkTransportUsesFastPath(t *testing.T) {
 }
 
 func TestTCPClusterElects(t *testing.T) {
-	nodes := startCluster(t, newTestTCP(t, Config{}), newTestTCP(t, Config{}), newTestTCP(t, Config{}))
+	nodes := startCluster(t, fast, newTestTCP(t, Config{}), newTestTCP(t, Config{}), newTestTCP(t, Config{}))
 	leader, _ := waitLeader(t, nodes)
 	if err := leader.r.Apply([]byte("x"), 5*time.Second).Error(); err != nil {
 		t.Fatalf("apply: %v", err)

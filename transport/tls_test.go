@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io/fs"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -171,7 +172,7 @@ func checkUnchanged(t *testing.T, nodes []*node, leader *node, term uint64) {
 // the cluster's term.
 func TestTLSClusterRefusesIntruders(t *testing.T) {
 	ca := newCA(t, "cluster")
-	nodes := startCluster(t,
+	nodes := startCluster(t, stable,
 		newTestTCP(t, Config{TLS: ca.mutual(t, "n0"), Timeout: 2 * time.Second}),
 		newTestTCP(t, Config{TLS: ca.mutual(t, "n1"), Timeout: 2 * time.Second}),
 		newTestTCP(t, Config{TLS: ca.mutual(t, "n2"), Timeout: 2 * time.Second}))
@@ -302,5 +303,34 @@ func TestMutualTLSErrors(t *testing.T) {
 	}
 	if cfg.ClientAuth != tls.RequireAndVerifyClientCert || cfg.MinVersion < tls.VersionTLS12 || cfg.ClientCAs == nil || cfg.RootCAs == nil {
 		t.Fatalf("config does not require mutual TLS: %+v", cfg)
+	}
+}
+
+// TestTLSSilentPeerReleasedOnClose connects to a TLS transport and never
+// starts the handshake; Close must still release the connection and its
+// goroutine (goleak in TestMain fails otherwise).
+func TestTLSSilentPeerReleasedOnClose(t *testing.T) {
+	ca := newCA(t, "cluster")
+	tr, err := NewTCP("127.0.0.1:0", "", Config{TLS: ca.mutual(t, "n0"), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", string(tr.LocalAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, 5*time.Second, "the transport to accept the connection", func() bool {
+		return tr.(*tcpTransport).stream.open() == 1
+	})
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The transport closed its side: the silent peer sees EOF.
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read from a closed transport's connection succeeded")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("transport kept the silent connection open after Close")
 	}
 }
