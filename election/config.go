@@ -1,0 +1,187 @@
+package election
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/transport"
+)
+
+// Defaults for zero timeouts: hashicorp/raft's own defaults.
+const (
+	DefaultHeartbeatTimeout   = 1000 * time.Millisecond
+	DefaultElectionTimeout    = 1000 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
+
+	// MinTimeout is the smallest timeout hashicorp/raft accepts.
+	MinTimeout = 5 * time.Millisecond
+)
+
+// Server is one voter of the cluster: its Raft server ID and the transport
+// address its peers reach it at.
+type Server struct {
+	ID   string
+	Addr string
+}
+
+// Config configures New. It is passed by value; New and Validate never modify
+// it, and zero fields take the documented defaults in a private copy.
+type Config struct {
+	// ID is this node's Raft server ID, which becomes Epoch.Leader when it
+	// leads. Required; 1..64 bytes of [A-Za-z0-9._-] (epoch.ValidateName). A
+	// node whose DataDir was wiped must rejoin under a new ID.
+	ID string
+
+	// Cluster names the election group; it becomes Epoch.Cluster. Required,
+	// same charset as ID. Every node of a cluster must use the same value.
+	Cluster string
+
+	// DataDir holds the durable Raft state: raft.db (raft-boltdb, fsynced on
+	// every write, so terms survive crashes) and snapshots/. Created if
+	// missing. Required unless InMemory. Only one Election may use a DataDir
+	// at a time; a second one fails fast with ErrDataDirLocked.
+	DataDir string
+
+	// InMemory keeps all Raft state in memory and ignores DataDir. A node
+	// that restarts then forgets its term and vote, which can elect two
+	// leaders for one term: for tests and demos only.
+	InMemory bool
+
+	// Transport carries Raft's RPCs; build it with package transport
+	// (NewTCP, or NewInmem for tests). Required. On success New takes
+	// ownership: Close closes it. If New fails, the caller still owns it.
+	Transport transport.Transport
+
+	// Bootstrap is the configuration of a brand-new cluster: give every
+	// initial voter the same list (including this node), or give only one
+	// node a list with itself and AddVoter the others. It is applied only
+	// when DataDir holds no Raft state yet, so restarting a node with the
+	// same Config is safe. Empty: join an existing cluster (or restart).
+	Bootstrap []Server
+
+	// HeartbeatTimeout is how long a follower goes without hearing from the
+	// leader before it starts an election (a follower notices a dead leader
+	// between one and three of these after last contact). Zero means
+	// DefaultHeartbeatTimeout (1 s). At least MinTimeout; at least
+	// LeaderLeaseTimeout and at most ElectionTimeout.
+	HeartbeatTimeout time.Duration
+
+	// ElectionTimeout is how long a candidate waits for an election to
+	// complete before starting another; it also bounds Close's handover.
+	// Zero means DefaultElectionTimeout (1 s). At least HeartbeatTimeout.
+	ElectionTimeout time.Duration
+
+	// LeaderLeaseTimeout is how long a leader keeps leading without hearing
+	// from a quorum; after that it steps down and its Epoch stops at once.
+	// Keep it comfortably above one fsync, since heartbeats wait behind
+	// disk writes on Raft's main goroutine (DESIGN.md I2). Zero means
+	// DefaultLeaderLeaseTimeout (500 ms). At least MinTimeout and at most
+	// HeartbeatTimeout.
+	LeaderLeaseTimeout time.Duration
+
+	// Signer turns an epoch into a token for Token. Nil means epoch.Plain().
+	Signer epoch.Signer
+
+	// FSM, if set, receives the application's own log entries (those it
+	// submits with Raft().Apply) and takes part in snapshots. The library
+	// applies no entries of its own. Nil means an internal FSM that
+	// ignores everything.
+	FSM raft.FSM
+
+	// Logger receives the election's and Raft's logs. Nil means
+	// hclog.Default() named "election".
+	Logger hclog.Logger
+}
+
+// Validate reports whether c can be given to New. Errors wrap
+// ErrInvalidConfig and name the field.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if err := epoch.ValidateName(c.ID); err != nil {
+		return bad("ID: %v", err)
+	}
+	if err := epoch.ValidateName(c.Cluster); err != nil {
+		return bad("Cluster: %v", err)
+	}
+	if c.DataDir == "" && !c.InMemory {
+		return bad("DataDir is required unless InMemory is set")
+	}
+	if c.Transport == nil {
+		return bad("Transport is required")
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"HeartbeatTimeout", c.HeartbeatTimeout},
+		{"ElectionTimeout", c.ElectionTimeout},
+		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout},
+	} {
+		if f.d < 0 {
+			return bad("%s %v is negative", f.name, f.d)
+		}
+		if f.d > 0 && f.d < MinTimeout {
+			return bad("%s %v is below %v", f.name, f.d, MinTimeout)
+		}
+	}
+	d := c.withDefaults()
+	if d.LeaderLeaseTimeout > d.HeartbeatTimeout {
+		return bad("LeaderLeaseTimeout %v is above HeartbeatTimeout %v", d.LeaderLeaseTimeout, d.HeartbeatTimeout)
+	}
+	if d.HeartbeatTimeout > d.ElectionTimeout {
+		return bad("HeartbeatTimeout %v is above ElectionTimeout %v", d.HeartbeatTimeout, d.ElectionTimeout)
+	}
+	if len(c.Bootstrap) > 0 {
+		ids := make(map[string]bool, len(c.Bootstrap))
+		addrs := make(map[string]bool, len(c.Bootstrap))
+		for i, s := range c.Bootstrap {
+			if err := epoch.ValidateName(s.ID); err != nil {
+				return bad("Bootstrap[%d].ID: %v", i, err)
+			}
+			if s.Addr == "" {
+				return bad("Bootstrap[%d] (%s) has no Addr", i, s.ID)
+			}
+			if ids[s.ID] {
+				return bad("Bootstrap lists ID %s twice", s.ID)
+			}
+			if addrs[s.Addr] {
+				return bad("Bootstrap lists Addr %s twice", s.Addr)
+			}
+			ids[s.ID], addrs[s.Addr] = true, true
+		}
+		if !ids[c.ID] {
+			return bad("Bootstrap does not list this node (%s)", c.ID)
+		}
+	}
+	return nil
+}
+
+// withDefaults returns a copy of c with zero fields replaced by defaults.
+func (c Config) withDefaults() Config {
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if c.ElectionTimeout == 0 {
+		c.ElectionTimeout = DefaultElectionTimeout
+	}
+	if c.LeaderLeaseTimeout == 0 {
+		c.LeaderLeaseTimeout = DefaultLeaderLeaseTimeout
+	}
+	if c.Signer == nil {
+		c.Signer = epoch.Plain()
+	}
+	if c.FSM == nil {
+		c.FSM = nopFSM{}
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.Default().Named("election")
+	}
+	c.Bootstrap = append([]Server(nil), c.Bootstrap...)
+	return c
+}

@@ -1,0 +1,59 @@
+// Package election is leader election on hashicorp/raft in which the leader
+// holds its Raft term as a fencing token, an epoch.
+//
+// A node is created with [New] and a [Config] (a transport from package
+// transport, a data dir for raft-boltdb). The node Raft elects confirms its
+// win and then hands out [epoch.Epoch]{Cluster, Term, Leader} from
+// [Election.Epoch] (or a signed string from [Election.Token]). The
+// application sends that epoch with every write to a resource guarded by
+// package storageguard, which refuses any epoch older than the newest it
+// has seen. [Election.Lead] runs leader-only work under a context tied to
+// one epoch; [Election.Observe] and [Election.WaitLeader] report who leads.
+//
+// # Guarantees
+//
+//   - An epoch is handed out only by the node that won the election for
+//     that term (DESIGN.md I1). On every leadership signal (raft's NotifyCh,
+//     drained by a goroutine that never blocks raft) the node commits a
+//     Barrier and then does the triple read — CurrentTerm, State == Leader,
+//     CurrentTerm, both equal — before it publishes the term. The term is
+//     never read after the fact from LeaderCh, which would let a node that
+//     has just stepped down hand out the next leader's term.
+//   - An epoch stops the moment its node steps down: every Epoch and Token
+//     call repeats the triple read (three atomic loads) and fails with
+//     ErrNotLeader unless the node is, at that instant, leader of the very
+//     term it published.
+//   - Epochs only grow. Raft elects at most one leader per term, terms are
+//     persisted (fsynced) before they are used and survive restarts, so no
+//     two nodes ever hold epochs with the same term and a restarted cluster
+//     continues above every term it used before. The in-memory mode
+//     (Config.InMemory) gives this up and is for tests only.
+//   - Raft never waits for this package: NotifyCh is buffered and drained at
+//     once, observers are non-blocking, and Observe subscribers hold only the
+//     latest value.
+//   - Lead never runs fn twice at once and never starts it with an epoch
+//     this node does not hold at that moment.
+//   - Close ends every goroutine this package started.
+//
+// # Non-guarantees
+//
+//   - A paused leader (GC pause, SIGSTOP, VM freeze) still believes it leads
+//     and its Epoch still succeeds until it runs again and learns otherwise:
+//     nothing inside the process can notice a pause that happens between a
+//     check and a write. Only the fence at the resource protects against
+//     that; an epoch is a claim to present, not a licence to skip the fence.
+//   - The cancellation of Lead's context is a best-effort notice after the
+//     fact, not a bound: a partitioned leader notices only after
+//     LeaderLeaseTimeout, and fn may be in the middle of a write. fn must
+//     stop when its context ends, and every write must still carry the
+//     epoch.
+//   - A follower's Leadership.Term is its own current term, not proof that
+//     the named leader won it.
+//   - Cancelling the context of a call that wraps a raft future (Resign,
+//     TransferTo, AddVoter, RemoveServer) stops the wait, not the operation,
+//     which raft may still complete.
+//   - The safety of the triple read rests on raft changing its term and
+//     state only on its main goroutine. Transports from package transport
+//     ensure that (they disable NetworkTransport's heartbeat fast path,
+//     hashicorp/raft#695); a raw raft.NetworkTransport does not.
+package election

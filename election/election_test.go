@@ -1,0 +1,220 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/storageguard"
+)
+
+func TestPartitionLeader(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%d-nodes", n), func(t *testing.T) {
+			c := newCluster(t, n)
+			ctx := context.Background()
+			fence := newFence()
+
+			old, oldEp := c.leader()
+			if err := fence.Admit(ctx, "r", oldEp); err != nil {
+				t.Fatalf("fence refused the first leader's epoch %v: %v", oldEp, err)
+			}
+
+			old.net.Isolate()
+			nw, newEp := c.leaderAbove(oldEp.Term, old)
+			if newEp.Leader != nw.id || newEp.Term <= oldEp.Term {
+				t.Fatalf("new epoch %v from %s, old %v", newEp, nw.id, oldEp)
+			}
+			// The old leader's Epoch stops once it steps down (LeaderLeaseTimeout
+			// without a quorum).
+			waitFor(t, "the isolated leader to stop handing out its epoch", func() bool {
+				_, err := old.el.Epoch()
+				return errors.Is(err, ErrNotLeader)
+			})
+			if _, err := old.el.Token(); !errors.Is(err, ErrNotLeader) {
+				t.Fatalf("old leader's Token after stepping down: %v, want ErrNotLeader", err)
+			}
+
+			if err := fence.Admit(ctx, "r", newEp); err != nil {
+				t.Fatalf("fence refused the new epoch %v: %v", newEp, err)
+			}
+			err := fence.Admit(ctx, "r", oldEp)
+			if !errors.Is(err, storageguard.ErrStale) {
+				t.Fatalf("fence admitted the old epoch %v after %v: err = %v, want ErrStale", oldEp, newEp, err)
+			}
+
+			// After healing, the old leader follows the new one.
+			old.net.Heal()
+			waitFor(t, "the old leader to follow", func() bool {
+				l := old.el.Status()
+				return l.LeaderID != "" && l.LeaderID != old.id && l.Term >= newEp.Term
+			})
+		})
+	}
+}
+
+func TestRestartAllTermsGrow(t *testing.T) {
+	c := newCluster(t, 3)
+	_, ep := c.leader()
+	// A few elections, so there is some history to outgrow.
+	for range 2 {
+		ld, _ := c.leader()
+		ld.net.Isolate()
+		_, ep = c.leaderAbove(ep.Term, ld)
+		ld.net.Heal()
+	}
+	before := c.check.highest()
+	var maxRaftTerm uint64
+	for _, nd := range c.nodes {
+		maxRaftTerm = max(maxRaftTerm, nd.el.Raft().CurrentTerm())
+	}
+	for _, nd := range c.nodes {
+		c.stop(nd)
+	}
+	for _, nd := range c.nodes {
+		c.start(nd)
+	}
+	_, after := c.leader()
+	if after.Term <= before || after.Term <= maxRaftTerm {
+		t.Fatalf("after restart the leader's epoch is %v; before restart the highest epoch term was %d and the highest raft term %d",
+			after, before, maxRaftTerm)
+	}
+}
+
+func TestTransferTo(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	ld, ep := c.leader()
+	var target *node
+	for _, nd := range c.nodes {
+		if nd != ld {
+			target = nd
+			break
+		}
+	}
+	if err := ld.el.TransferTo(ctx, target.id); err != nil {
+		t.Fatalf("TransferTo(%s): %v", target.id, err)
+	}
+	if stateOf(ld) == raft.Leader {
+		t.Fatalf("TransferTo returned while %s still leads", ld.id)
+	}
+	nw, nep := c.leader()
+	if nw != target || nep.Term != ep.Term+1 {
+		t.Fatalf("after TransferTo(%s) from %v: %s leads with %v, want %s with term %d", target.id, ep, nw.id, nep, target.id, ep.Term+1)
+	}
+
+	// Errors: not leader, unknown target, self.
+	err := ld.el.TransferTo(ctx, target.id)
+	var nl *NotLeaderError
+	if !errors.As(err, &nl) || !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("TransferTo on a follower: %v, want *NotLeaderError", err)
+	}
+	if err := nw.el.TransferTo(ctx, "nobody"); !errors.Is(err, ErrUnknownServer) {
+		t.Fatalf("TransferTo(nobody): %v, want ErrUnknownServer", err)
+	}
+	if err := nw.el.TransferTo(ctx, nw.id); !errors.Is(err, ErrUnknownServer) {
+		t.Fatalf("TransferTo(self): %v, want ErrUnknownServer", err)
+	}
+}
+
+func TestResign(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	ld, ep := c.leader()
+	if err := ld.el.Resign(ctx); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	if _, err := ld.el.Epoch(); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Epoch after Resign: %v, want ErrNotLeader", err)
+	}
+	nw, nep := c.leaderAbove(ep.Term, ld)
+	if nep.Term != ep.Term+1 {
+		t.Fatalf("after Resign at %v, %s leads with %v; want term %d", ep, nw.id, nep, ep.Term+1)
+	}
+	// Resign on a follower is a no-op.
+	if err := ld.el.Resign(ctx); err != nil {
+		t.Fatalf("Resign on a follower: %v", err)
+	}
+}
+
+// TestStepDownBeforePublish is I1's core race: a node that raft makes
+// leader and that is cut off at once can never commit its Barrier, so it
+// must never publish that term — and no node may ever hand out a term it
+// did not win or that another node holds. The checker (fed by every node's
+// Observe stream and a 1 ms Epoch() poller) fails the test if it does.
+func TestStepDownBeforePublish(t *testing.T) {
+	c := newCluster(t, 3)
+	for round := range 3 {
+		ld, ep := c.leader()
+		victims := c.isolateOnWin(ep.Term)
+		ld.net.Isolate()
+		var got map[string]uint64
+		waitFor(t, "the next raft leader to be isolated right after its win", func() bool {
+			got = victims.isolated()
+			return len(got) > 0
+		})
+		victims.stop()
+		for _, nd := range c.nodes {
+			waitFor(t, nd.id+" to step down", func() bool { return stateOf(nd) != raft.Leader })
+			if e, err := nd.el.Epoch(); err == nil {
+				t.Fatalf("%s still hands out %v with every leader cut off", nd.id, e)
+			}
+		}
+		t.Logf("round %d: isolated leader %s at %v; then isolated %v right after they won", round, ld.id, ep, got)
+		for _, nd := range c.nodes {
+			nd.net.Heal()
+		}
+	}
+	c.leader()
+}
+
+// isolator cuts a node off the moment its Observe stream reports that raft
+// made it leader of a term above some term.
+type isolator struct {
+	mu     sync.Mutex
+	got    map[string]uint64
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (c *cluster) isolateOnWin(above uint64) *isolator {
+	ctx, cancel := context.WithCancel(context.Background())
+	iso := &isolator{got: make(map[string]uint64), cancel: cancel}
+	for _, nd := range c.nodes {
+		updates := nd.el.Observe(ctx)
+		iso.wg.Add(1)
+		go func() {
+			defer iso.wg.Done()
+			for l := range updates {
+				if l.Self && l.Term > above {
+					nd.net.Isolate()
+					iso.mu.Lock()
+					if _, ok := iso.got[nd.id]; !ok {
+						iso.got[nd.id] = l.Term
+					}
+					iso.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return iso
+}
+
+func (iso *isolator) isolated() map[string]uint64 {
+	iso.mu.Lock()
+	defer iso.mu.Unlock()
+	out := make(map[string]uint64, len(iso.got))
+	for k, v := range iso.got {
+		out[k] = v
+	}
+	return out
+}
+
+func (iso *isolator) stop() {
+	iso.cancel()
+	iso.wg.Wait()
+}

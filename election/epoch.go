@@ -1,0 +1,159 @@
+package election
+
+import (
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/epoch"
+)
+
+// Epoch returns this node's fencing epoch {Cluster, Term, ID} if, at the
+// moment of the call, this node is Raft leader of the term it won and has
+// confirmed (DESIGN.md I1). Each call repeats the triple read — CurrentTerm,
+// State == Leader, CurrentTerm again, both terms equal to the confirmed one
+// — so it fails the moment this node steps down, even before the step-down
+// is reported anywhere else. The error is a *NotLeaderError (matching
+// ErrNotLeader), or ErrClosed.
+//
+// A successful result is a statement about the instant of the call: the
+// node may be deposed right after it. Present the epoch to a fence, which is
+// what refuses it once a newer one was seen.
+func (e *Election) Epoch() (epoch.Epoch, error) {
+	if e.closed.Load() {
+		return epoch.Epoch{}, ErrClosed
+	}
+	if t, ok := e.held(); ok {
+		return epoch.Epoch{Cluster: e.cfg.Cluster, Term: t, Leader: e.cfg.ID}, nil
+	}
+	return epoch.Epoch{}, e.notLeader()
+}
+
+// held reports the confirmed term if this node holds it now.
+func (e *Election) held() (uint64, bool) {
+	p := e.pubTerm.Load()
+	t, ok := e.tripleRead()
+	return p, ok && p != 0 && t == p
+}
+
+// tripleRead returns the current term and whether this node was Leader in
+// that very term. raft changes its term only while not Leader and only from
+// its main goroutine (with the transports of package transport, DESIGN.md
+// I2), and enters Leader only in a term it won; so if the term is the same
+// before and after a read of State == Leader, the node was leader of that
+// term at the moment State was read.
+func (e *Election) tripleRead() (uint64, bool) {
+	t1 := e.raft.CurrentTerm()
+	leader := e.raft.State() == raft.Leader
+	t2 := e.raft.CurrentTerm()
+	return t1, leader && t1 == t2
+}
+
+// Token returns Epoch signed with Config.Signer (epoch.Plain() by default):
+// the string to send to a fenced resource. Errors are those of Epoch, or the
+// signer's.
+func (e *Election) Token() (string, error) {
+	ep, err := e.Epoch()
+	if err != nil {
+		return "", err
+	}
+	return e.cfg.Signer.Sign(ep)
+}
+
+func (e *Election) notLeader() error {
+	addr, id := e.raft.LeaderWithID()
+	if string(id) == e.cfg.ID {
+		// raft made this node leader but the epoch is not (or no longer)
+		// confirmed: there is nobody to forward to yet.
+		return &NotLeaderError{}
+	}
+	return &NotLeaderError{LeaderID: string(id), LeaderAddr: string(addr)}
+}
+
+// drain empties raft's NotifyCh. It never blocks on anything but the
+// channel itself: it records the latest transition and pokes the worker and
+// the watcher through 1-buffered channels.
+func (e *Election) drain() {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case won := <-e.notifyCh:
+			e.won.Store(won)
+			poke(e.workCh)
+			pokeWatch(e.watchCh)
+		}
+	}
+}
+
+// work confirms epochs: after each poke it brings the published term in
+// line with raft. A Barrier that fails while this node still leads the same
+// term (a leadership transfer in progress, say) is retried after a short
+// pause.
+func (e *Election) work() {
+	defer e.wg.Done()
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-e.workCh:
+		case <-retry:
+		}
+		retry = nil
+		if !e.confirm() {
+			retry = time.After(e.retryInterval())
+		}
+	}
+}
+
+func (e *Election) retryInterval() time.Duration {
+	return max(e.cfg.HeartbeatTimeout/10, MinTimeout)
+}
+
+// confirm publishes the current term if this node won it and has committed
+// a Barrier in it, and withdraws the published term otherwise. It returns
+// false if it should be retried later.
+func (e *Election) confirm() bool {
+	for {
+		select {
+		case <-e.stop:
+			return true
+		default:
+		}
+		if !e.won.Load() || e.raft.State() != raft.Leader {
+			e.unpublish()
+			return true
+		}
+		t0 := e.raft.CurrentTerm()
+		if _, ok := e.held(); ok {
+			return true // already confirmed for the current term
+		}
+		e.unpublish()
+		if err := e.raft.Barrier(0).Error(); err != nil {
+			if t, ok := e.tripleRead(); ok && t == t0 {
+				e.log.Debug("barrier failed while leader, will retry", "term", t0, "error", err)
+				return false
+			}
+			continue // leadership changed; look again
+		}
+		t1, ok := e.tripleRead()
+		if !ok || t1 != t0 {
+			// Stepped down between the win and here (or lost and won a
+			// newer term, which needs its own Barrier): never publish t0.
+			continue
+		}
+		e.pubTerm.Store(t1)
+		e.log.Info("epoch confirmed", "cluster", e.cfg.Cluster, "term", t1, "leader", e.cfg.ID)
+		pokeWatch(e.watchCh)
+		return true
+	}
+}
+
+func (e *Election) unpublish() {
+	if old := e.pubTerm.Swap(0); old != 0 {
+		e.log.Info("epoch withdrawn", "term", old)
+		pokeWatch(e.watchCh)
+	}
+}

@@ -1,0 +1,71 @@
+package election
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotLeader is returned when an operation needs this node to hold a
+	// confirmed epoch (Epoch, Token) or to be the Raft leader (AddVoter,
+	// RemoveServer, TransferTo) and it does not. The error is a
+	// *NotLeaderError naming the leader this node knows of, if any, so a
+	// caller can forward the request.
+	ErrNotLeader = errors.New("election: not leader")
+
+	// ErrNoLeader is matched (in addition to ErrNotLeader) by a
+	// *NotLeaderError when this node knows of no leader at all: an election
+	// is under way or this node is cut off.
+	ErrNoLeader = errors.New("election: no known leader")
+
+	// ErrClosed is returned by every method called after Close, and by
+	// Lead and WaitLeader when Close ends them.
+	ErrClosed = errors.New("election: closed")
+
+	// ErrInvalidConfig is returned by Config.Validate and New for an unusable
+	// Config; the message names the field.
+	ErrInvalidConfig = errors.New("election: invalid config")
+
+	// ErrDataDirLocked is returned by New when DataDir's Raft store is held
+	// open by another process (or another Election in this process): bbolt's
+	// file lock could not be taken within a second.
+	ErrDataDirLocked = errors.New("election: data dir in use")
+
+	// ErrUnknownServer is returned by TransferTo for an ID that is not another
+	// voter in the current Raft configuration.
+	ErrUnknownServer = errors.New("election: unknown server")
+
+	// ErrInvalidServer is returned by AddVoter and RemoveServer for an ID
+	// that is not a valid name (epoch.ValidateName) or an empty address.
+	ErrInvalidServer = errors.New("election: invalid server")
+
+	// ErrTransfer is returned by Resign and TransferTo when Raft could not
+	// hand leadership over (no other voter, the target did not win within
+	// ElectionTimeout, a transfer already in progress). The Raft error is
+	// wrapped too.
+	ErrTransfer = errors.New("election: leadership transfer failed")
+)
+
+// NotLeaderError is the error for "this node is not the leader". It matches
+// ErrNotLeader via errors.Is, and also ErrNoLeader when LeaderID is empty.
+// LeaderID and LeaderAddr name the leader this node currently knows of, so a
+// caller can forward the request; they are Raft's view, which may already be
+// out of date.
+type NotLeaderError struct {
+	LeaderID   string // empty: no known leader
+	LeaderAddr string
+}
+
+// Error implements error.
+func (e *NotLeaderError) Error() string {
+	if e.LeaderID == "" {
+		return "election: not leader (no known leader)"
+	}
+	return fmt.Sprintf("election: not leader (leader is %s at %s)", e.LeaderID, e.LeaderAddr)
+}
+
+// Is reports whether target is ErrNotLeader, or ErrNoLeader when no leader
+// is known.
+func (e *NotLeaderError) Is(target error) bool {
+	return target == ErrNotLeader || (target == ErrNoLeader && e.LeaderID == "")
+}

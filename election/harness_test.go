@@ -1,0 +1,422 @@
+package election
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/transport"
+)
+
+// Test timing: hashicorp's own tests use 50 ms for all three. LLT must stay
+// comfortably above an fsync, since heartbeats wait behind disk writes.
+const (
+	testHT  = 50 * time.Millisecond
+	testET  = 50 * time.Millisecond
+	testLLT = 50 * time.Millisecond
+	// waitLong bounds every wait for a cluster-level condition.
+	waitLong = 10 * time.Second
+	pollTick = 2 * time.Millisecond
+)
+
+const testCluster = "test"
+
+// waitFor polls cond until it holds or waitLong passes.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(waitLong)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", waitLong, what)
+		}
+		time.Sleep(pollTick) // poll interval
+	}
+}
+
+// cluster is an in-process cluster: every node on transport.NewFaulty over
+// transport.NewInmem, with a real bolt store in a temp dir, and every node's
+// Observe stream and Epoch() results fed to one invariant checker.
+type cluster struct {
+	tb    testing.TB
+	nodes []*node
+	check *checker
+}
+
+type node struct {
+	c     *cluster
+	id    string
+	dir   string
+	mem   *transport.Inmem
+	net   *transport.Faulty
+	el    *Election
+	up    bool
+	join  bool // started without Bootstrap: joins via AddVoter
+	watch context.CancelFunc
+	wg    sync.WaitGroup
+}
+
+// newCluster starts n bootstrapped nodes n1..nN. Cleanup stops them and
+// reports every invariant violation the checker saw.
+func newCluster(tb testing.TB, n int) *cluster {
+	tb.Helper()
+	c := &cluster{tb: tb, check: newChecker(testCluster)}
+	for i := range n {
+		id := fmt.Sprintf("n%d", i+1)
+		c.nodes = append(c.nodes, &node{c: c, id: id, dir: tb.TempDir()})
+	}
+	tb.Cleanup(func() {
+		for _, nd := range c.nodes {
+			if nd.up {
+				c.stop(nd)
+			}
+		}
+		c.check.verify(tb)
+	})
+	for _, nd := range c.nodes {
+		c.start(nd)
+	}
+	return c
+}
+
+func (c *cluster) bootstrap() []Server {
+	var s []Server
+	for _, nd := range c.nodes {
+		if nd.join {
+			continue
+		}
+		s = append(s, Server{ID: nd.id, Addr: nd.id})
+	}
+	return s
+}
+
+func (c *cluster) config(nd *node) Config {
+	boot := c.bootstrap()
+	if nd.join {
+		boot = nil
+	}
+	return Config{
+		ID:                 nd.id,
+		Cluster:            testCluster,
+		DataDir:            nd.dir,
+		Transport:          nd.net,
+		Bootstrap:          boot,
+		HeartbeatTimeout:   testHT,
+		ElectionTimeout:    testET,
+		LeaderLeaseTimeout: testLLT,
+		Logger:             c.check.logger(nd.id),
+	}
+}
+
+// join starts a new node with no Bootstrap, connected to every running node.
+func (c *cluster) join(id string) *node {
+	nd := &node{c: c, id: id, dir: c.tb.TempDir(), join: true}
+	c.nodes = append(c.nodes, nd)
+	c.start(nd)
+	return nd
+}
+
+// start (re)starts nd on its data dir with a fresh transport connected to
+// every running node.
+func (c *cluster) start(nd *node) {
+	c.tb.Helper()
+	nd.mem = transport.NewInmem(nd.id)
+	for _, o := range c.nodes {
+		if o != nd && o.up {
+			nd.mem.Connect(o.mem)
+		}
+	}
+	nd.net = transport.NewFaulty(nd.mem)
+	el, err := New(c.config(nd))
+	if err != nil {
+		_ = nd.net.Close()
+		c.tb.Fatalf("New(%s): %v", nd.id, err)
+	}
+	nd.el = el
+	nd.up = true
+	ctx, cancel := context.WithCancel(context.Background())
+	nd.watch = cancel
+	nd.wg.Add(2)
+	go func() { // every Leadership this node reports
+		defer nd.wg.Done()
+		for l := range el.Observe(ctx) {
+			c.check.leadership(nd.id, l)
+		}
+	}()
+	go func() { // Epoch() polled concurrently with everything else
+		defer nd.wg.Done()
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if ep, err := el.Epoch(); err == nil {
+					c.check.epoch("poll", nd.id, ep)
+				}
+			}
+		}
+	}()
+}
+
+func (c *cluster) unwatch(nd *node) {
+	nd.watch()
+	nd.wg.Wait()
+}
+
+func (c *cluster) byID(id string) *node {
+	for _, nd := range c.nodes {
+		if nd.id == id {
+			return nd
+		}
+	}
+	c.tb.Fatalf("no node %s", id)
+	return nil
+}
+
+// stop closes nd gracefully (a leader hands over first).
+func (c *cluster) stop(nd *node) {
+	c.tb.Helper()
+	c.unwatch(nd)
+	for _, o := range c.nodes {
+		if o != nd && o.up {
+			nd.mem.Disconnect(o.mem)
+		}
+	}
+	if err := nd.el.Close(); err != nil {
+		c.tb.Errorf("Close(%s): %v", nd.id, err)
+	}
+	nd.up = false
+}
+
+// crash stops nd with no handover: raft and transport shut down at once.
+func (c *cluster) crash(nd *node) {
+	c.tb.Helper()
+	c.unwatch(nd)
+	if err := nd.el.Raft().Shutdown().Error(); err != nil {
+		c.tb.Errorf("shutdown %s: %v", nd.id, err)
+	}
+	for _, o := range c.nodes {
+		if o != nd && o.up {
+			nd.mem.Disconnect(o.mem)
+		}
+	}
+	if err := nd.el.Close(); err != nil {
+		c.tb.Errorf("Close(%s): %v", nd.id, err)
+	}
+	nd.up = false
+}
+
+// leader waits until exactly one running node holds an epoch and returns it.
+func (c *cluster) leader() (*node, epoch.Epoch) {
+	c.tb.Helper()
+	var ld *node
+	var ep epoch.Epoch
+	waitFor(c.tb, "a leader with an epoch", func() bool {
+		ld = nil
+		for _, nd := range c.nodes {
+			if !nd.up {
+				continue
+			}
+			if e, err := nd.el.Epoch(); err == nil {
+				if ld != nil {
+					return false
+				}
+				ld, ep = nd, e
+			}
+		}
+		return ld != nil
+	})
+	return ld, ep
+}
+
+// leaderAbove waits for a node other than except holding an epoch newer
+// than term.
+func (c *cluster) leaderAbove(term uint64, except *node) (*node, epoch.Epoch) {
+	c.tb.Helper()
+	var ld *node
+	var ep epoch.Epoch
+	waitFor(c.tb, fmt.Sprintf("a leader with a term above %d", term), func() bool {
+		for _, nd := range c.nodes {
+			if nd == except || !nd.up {
+				continue
+			}
+			if e, err := nd.el.Epoch(); err == nil && e.Term > term {
+				ld, ep = nd, e
+				return true
+			}
+		}
+		return false
+	})
+	return ld, ep
+}
+
+// checker records what every node claims and what raft actually did, and
+// collects every violation of the epoch invariants:
+//
+//   - a node hands out epoch T only if raft logged that it won the election
+//     for term T (I1), and the epoch names this cluster and this node;
+//   - no two nodes ever hold an epoch of the same term;
+//   - each node's epochs only move up: in its Observe stream each new
+//     leadership's epoch has a higher term than the previous one, and
+//     polled Epoch() results never go back;
+//   - a node's reported Term never decreases, and a Leadership carries an
+//     Epoch only if Self.
+type checker struct {
+	cluster string
+
+	mu        sync.Mutex
+	won       map[string]map[uint64]bool // node -> terms raft logged it won
+	holder    map[uint64]string          // term -> node seen holding its epoch
+	lastEpoch map[string]uint64          // source/node -> last epoch term
+	lastTerm  map[string]uint64          // node -> last Leadership.Term
+	maxTerm   uint64                     // highest epoch term seen
+	epochs    int                        // epoch sightings
+	errs      []string
+}
+
+func newChecker(cluster string) *checker {
+	return &checker{
+		cluster:   cluster,
+		won:       make(map[string]map[uint64]bool),
+		holder:    make(map[uint64]string),
+		lastEpoch: make(map[string]uint64),
+		lastTerm:  make(map[string]uint64),
+	}
+}
+
+func (c *checker) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Sprintf(format, args...))
+}
+
+// elected records that raft on node won the election for term (taken from
+// raft's own "election won" log line, written on raft's main goroutine
+// just before it enters the Leader state).
+func (c *checker) elected(node string, term uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.won[node] == nil {
+		c.won[node] = make(map[uint64]bool)
+	}
+	c.won[node][term] = true
+}
+
+func (c *checker) epoch(src, node string, ep epoch.Epoch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epochLocked(src, node, ep, false)
+}
+
+func (c *checker) epochLocked(src, node string, ep epoch.Epoch, strict bool) {
+	c.epochs++
+	if ep.Cluster != c.cluster || ep.Leader != node {
+		c.fail("%s: %s handed out %v, which names another cluster or node", src, node, ep)
+	}
+	if !c.won[node][ep.Term] {
+		c.fail("%s: %s handed out %v but never won term %d", src, node, ep, ep.Term)
+	}
+	if h, ok := c.holder[ep.Term]; ok && h != node {
+		c.fail("%s: %s and %s both held an epoch of term %d", src, h, node, ep.Term)
+	}
+	c.holder[ep.Term] = node
+	key := src + "/" + node
+	last := c.lastEpoch[key]
+	if ep.Term < last || strict && ep.Term == last {
+		c.fail("%s: %s's epoch went from term %d to %v", src, node, last, ep)
+	}
+	c.lastEpoch[key] = ep.Term
+	c.maxTerm = max(c.maxTerm, ep.Term)
+}
+
+func (c *checker) leadership(node string, l Leadership) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.Term < c.lastTerm[node] {
+		c.fail("observe: %s's term went from %d to %d", node, c.lastTerm[node], l.Term)
+	}
+	c.lastTerm[node] = l.Term
+	if l.Epoch.IsZero() {
+		return
+	}
+	if !l.Self || l.LeaderID != node || l.Term != l.Epoch.Term {
+		c.fail("observe: %s reported %+v: an epoch without being the leader of its term", node, l)
+	}
+	c.epochLocked("observe", node, l.Epoch, true)
+}
+
+// highest returns the highest epoch term seen so far.
+func (c *checker) highest() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.maxTerm
+}
+
+func (c *checker) violations() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.errs...)
+}
+
+func (c *checker) verify(tb testing.TB) {
+	tb.Helper()
+	for _, e := range c.violations() {
+		tb.Errorf("invariant violated: %s", e)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.epochs == 0 {
+		tb.Errorf("checker saw no epoch at all: it checked nothing")
+	}
+}
+
+// logger returns node's logger: raft's "election won" lines feed the
+// checker; everything is echoed to stderr when TERMFENCE_TEST_LOG is set.
+func (c *checker) logger(node string) hclog.Logger {
+	var echo io.Writer = io.Discard
+	if os.Getenv("TERMFENCE_TEST_LOG") != "" {
+		echo = os.Stderr
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       node,
+		Level:      hclog.Info,
+		JSONFormat: true,
+		Output:     &wonWriter{c: c, node: node, echo: echo},
+	})
+}
+
+// wonWriter parses hclog's JSON lines for raft's "election won".
+type wonWriter struct {
+	c    *checker
+	node string
+	echo io.Writer
+}
+
+func (w *wonWriter) Write(p []byte) (int, error) {
+	_, _ = w.echo.Write(p)
+	for _, line := range bytes.Split(p, []byte("\n")) {
+		if !bytes.Contains(line, []byte(`"election won"`)) {
+			continue
+		}
+		var rec struct {
+			Msg  string `json:"@message"`
+			Term uint64 `json:"term"`
+		}
+		if err := json.Unmarshal(line, &rec); err == nil && rec.Msg == "election won" {
+			w.c.elected(w.node, rec.Term)
+		}
+	}
+	return len(p), nil
+}
+
+// stateOf is a shorthand for a node's raft state.
+func stateOf(nd *node) raft.RaftState { return nd.el.Raft().State() }
