@@ -1,0 +1,457 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/termfence/termfence/election"
+	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/transport"
+)
+
+// nodeConfig is the `node` subcommand's command line.
+type nodeConfig struct {
+	ID, Cluster     string
+	Raft, Advertise string
+	HTTP            string
+	DataDir         string
+	Bootstrap       []election.Server
+	Join            string
+	Store           string
+	TokenKey        string
+	TLSCert, TLSKey string
+	TLSCA           string
+	Heartbeat       time.Duration
+	WriteEvery      time.Duration
+	Resource        string
+	FaultEndpoint   bool
+	AddrFile        string
+	RaftLogLevel    string
+	tlsConf         *tls.Config // from the TLS flags; nil: plain
+	codec           epoch.Codec
+}
+
+// nodeMain runs the `node` subcommand until ctx ends (SIGINT, SIGTERM),
+// then hands leadership over and exits.
+func nodeMain(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlagSet("node", stderr)
+	var cfg nodeConfig
+	var bootstrap string
+	fs.StringVar(&cfg.ID, "id", "", "this node's Raft server ID (required; [A-Za-z0-9._-])")
+	fs.StringVar(&cfg.Cluster, "cluster", "demo", "election group name; every node and the store must agree")
+	fs.StringVar(&cfg.Raft, "raft", "", "Raft transport address to bind and advertise, e.g. 127.0.0.1:7101 (required)")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "Raft address peers dial, if not -raft (e.g. -raft 0.0.0.0:7101 -advertise 10.0.0.5:7101)")
+	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:0", "HTTP API listen address (loopback unless told otherwise; port 0: any free port, see -addr-file)")
+	fs.StringVar(&cfg.DataDir, "data", "", "data directory for the durable Raft state (required)")
+	fs.StringVar(&bootstrap, "bootstrap", "", `initial voters "id=raftaddr,id=raftaddr,..." (first start only; harmless on restart)`)
+	fs.StringVar(&cfg.Join, "join", "", "HTTP address of a running node to join through (it forwards to the leader)")
+	fs.StringVar(&cfg.Store, "store", "", "URL of the fenced store, e.g. http://127.0.0.1:7000 (optional)")
+	fs.StringVar(&cfg.TokenKey, "token-key", "", "HMAC key file shared with the store (without it tokens are unsigned: a warning is logged)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "this node's PEM certificate (with -tls-key and -tls-ca: mutual TLS for Raft and the HTTP API)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "this node's PEM private key")
+	fs.StringVar(&cfg.TLSCA, "tls-ca", "", "the cluster CA's PEM certificate")
+	fs.DurationVar(&cfg.Heartbeat, "heartbeat", time.Second, "Raft heartbeat timeout; election timeout = heartbeat, leader lease = heartbeat/2")
+	fs.DurationVar(&cfg.WriteEvery, "write-every", 0, "while leading, write a counter to the store this often (0: only on POST /write)")
+	fs.StringVar(&cfg.Resource, "resource", DefaultResource, "the store resource the -write-every writer writes")
+	fs.BoolVar(&cfg.FaultEndpoint, "fault-endpoint", false, "enable POST /fault to partition this node (TEST ONLY)")
+	fs.StringVar(&cfg.AddrFile, "addr-file", "", `write "raft=ADDR http=ADDR" to this file once listening`)
+	fs.StringVar(&cfg.RaftLogLevel, "raft-log-level", "warn", "hashicorp/raft log level: trace, debug, info, warn, error, off")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: cluster node -id ID -raft ADDR -data DIR (-bootstrap id=addr,... | -join http://ADDR) [flags]\n\nOne Raft node of the election group.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logLevel, "node", cfg.ID)
+	if err != nil {
+		return err
+	}
+	if cfg.Bootstrap, err = parseBootstrap(bootstrap); err != nil {
+		return err
+	}
+	if err := cfg.check(); err != nil {
+		fmt.Fprintf(stderr, "node: %v\n", err)
+		fs.Usage()
+		return errUsage
+	}
+	if cfg.codec, err = loadCodec(cfg.TokenKey, log); err != nil {
+		return err
+	}
+	if cfg.TLSCert != "" {
+		if cfg.tlsConf, err = transport.MutualTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSCA); err != nil {
+			return err
+		}
+	}
+	n, err := startNode(cfg, log, stderr)
+	if err != nil {
+		return err
+	}
+	return n.run(ctx)
+}
+
+// check validates the command line.
+func (c *nodeConfig) check() error {
+	if err := epoch.ValidateName(c.ID); err != nil {
+		return fmt.Errorf("-id %q: %v", c.ID, err)
+	}
+	if err := epoch.ValidateName(c.Cluster); err != nil {
+		return fmt.Errorf("-cluster %q: %v", c.Cluster, err)
+	}
+	if c.Raft == "" {
+		return errors.New("-raft is required")
+	}
+	if c.DataDir == "" {
+		return errors.New("-data is required")
+	}
+	if len(c.Bootstrap) > 0 && c.Join != "" {
+		return errors.New("-bootstrap and -join are exclusive: bootstrap a new cluster, or join a running one")
+	}
+	if c.Heartbeat < 10*time.Millisecond {
+		return fmt.Errorf("-heartbeat %v is below 10ms", c.Heartbeat)
+	}
+	if c.WriteEvery < 0 {
+		return fmt.Errorf("-write-every %v is negative", c.WriteEvery)
+	}
+	if c.WriteEvery > 0 && c.Store == "" {
+		return errors.New("-write-every needs -store")
+	}
+	tlsSet := 0
+	for _, f := range []string{c.TLSCert, c.TLSKey, c.TLSCA} {
+		if f != "" {
+			tlsSet++
+		}
+	}
+	if tlsSet != 0 && tlsSet != 3 {
+		return errors.New("-tls-cert, -tls-key and -tls-ca go together")
+	}
+	return nil
+}
+
+// node is one running Raft node with its HTTP API.
+type node struct {
+	cfg      nodeConfig
+	log      *slog.Logger
+	el       *election.Election
+	faulty   *transport.Faulty
+	book     *addrBook
+	metrics  *nodeMetrics
+	ln       net.Listener
+	srv      *http.Server
+	httpAddr string
+	scheme   string       // "http" or "https"
+	client   *http.Client // to the store and to other nodes (TLS client certificate when configured)
+	store    *storeClient // nil without -store
+	wg       sync.WaitGroup
+}
+
+// startNode builds the transport, the election and the HTTP listener. On
+// error nothing is left running.
+func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error) {
+	n := &node{cfg: cfg, log: log, book: newAddrBook(), scheme: "http"}
+	tc := &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: 30 * time.Second}
+	if cfg.tlsConf != nil {
+		tc.TLSClientConfig = cfg.tlsConf.Clone()
+		n.scheme = "https"
+	}
+	n.client = &http.Client{Transport: tc, Timeout: 10 * time.Second}
+	if cfg.Store != "" {
+		n.store = newStoreClient(cfg.Store, n.client)
+	}
+
+	ln, err := net.Listen("tcp", cfg.HTTP)
+	if err != nil {
+		return nil, fmt.Errorf("node: HTTP listen %s: %w", cfg.HTTP, err)
+	}
+	if cfg.tlsConf != nil {
+		// MutualTLS requires and verifies a client certificate signed by
+		// the cluster CA: a client without one cannot even complete the
+		// handshake, let alone POST /join or /resign.
+		ln = tls.NewListener(ln, cfg.tlsConf.Clone())
+	}
+	n.ln = ln
+	n.httpAddr = ln.Addr().String()
+	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+		log.Warn("HTTP API listens beyond loopback; protect it with -tls-cert/-tls-key/-tls-ca", "http", n.httpAddr)
+	}
+
+	hlog := hclog.New(&hclog.LoggerOptions{
+		Name: "raft", Level: hclog.LevelFromString(cfg.RaftLogLevel), Output: stderr,
+	}).With("node", cfg.ID)
+	tr, err := transport.NewTCP(cfg.Raft, cfg.Advertise, transport.Config{TLS: cfg.tlsConf, Logger: hlog, Timeout: 2 * time.Second})
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("node: raft transport: %w", err)
+	}
+	n.faulty = transport.NewFaulty(tr)
+	n.el, err = election.New(election.Config{
+		ID:                 cfg.ID,
+		Cluster:            cfg.Cluster,
+		DataDir:            cfg.DataDir,
+		Transport:          n.faulty,
+		Bootstrap:          cfg.Bootstrap,
+		HeartbeatTimeout:   cfg.Heartbeat,
+		ElectionTimeout:    cfg.Heartbeat,
+		LeaderLeaseTimeout: cfg.Heartbeat / 2,
+		Signer:             cfg.codec,
+		FSM:                n.book,
+		Logger:             hlog,
+	})
+	if err != nil {
+		_ = n.faulty.Close()
+		ln.Close()
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n.metrics = newNodeMetrics(cfg.ID,
+		func() float64 { return float64(n.el.Status().Term) },
+		func() float64 {
+			if _, err := n.el.Epoch(); err == nil {
+				return 1
+			}
+			return 0
+		})
+	n.srv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: 5 * time.Second}
+	return n, nil
+}
+
+// run serves until ctx ends, then stops: the writer first, then leadership
+// is handed to another voter (SIGTERM must not leave the cluster leaderless
+// for an election timeout), then Raft and the HTTP server shut down.
+func (n *node) run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- n.srv.Serve(n.ln) }()
+
+	wctx, stopWork := context.WithCancel(ctx)
+	n.wg.Add(1)
+	go n.observe(wctx)
+	if n.cfg.WriteEvery > 0 {
+		n.wg.Add(1)
+		go n.writeLoop(wctx)
+	}
+	if n.cfg.Join != "" {
+		n.wg.Add(1)
+		go n.joinLoop(wctx)
+	}
+	raftAddr := string(n.faulty.LocalAddr())
+	if err := writeAddrFile(n.cfg.AddrFile, "raft="+raftAddr+" http="+n.httpAddr); err != nil {
+		stopWork()
+		n.wg.Wait()
+		return errors.Join(err, n.shutdown())
+	}
+	n.log.Info("node running", "raft", raftAddr, "http", n.scheme+"://"+n.httpAddr, "cluster", n.cfg.Cluster,
+		"store", n.cfg.Store, "tls", n.cfg.tlsConf != nil, "heartbeat", n.cfg.Heartbeat)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	stopWork()
+	n.wg.Wait()
+	err := n.shutdown()
+	if serveErr == nil {
+		serveErr = <-errc
+	}
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return errors.Join(serveErr, err)
+}
+
+// shutdown hands leadership over (bounded), closes the election and stops
+// the HTTP server.
+func (n *node) shutdown() error {
+	if _, err := n.el.Epoch(); err == nil {
+		rctx, cancel := context.WithTimeout(context.Background(), 4*n.cfg.Heartbeat)
+		if err := n.el.Resign(rctx); err != nil {
+			n.log.Warn("shutdown: could not hand leadership over", "error", err)
+		} else {
+			n.log.Info("shutdown: handed leadership over", "leader", n.el.Status().LeaderID)
+		}
+		cancel()
+	}
+	cerr := n.el.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	serr := n.srv.Shutdown(sctx)
+	n.client.CloseIdleConnections()
+	n.log.Info("node stopped")
+	return errors.Join(cerr, serr)
+}
+
+// observe follows this node's view of the leadership: it counts leader
+// changes and epochs, and when this node takes an epoch it records its own
+// HTTP address in the replicated address book, so followers can point
+// clients at it.
+func (n *node) observe(ctx context.Context) {
+	defer n.wg.Done()
+	var lastLeader string
+	var lastEpoch uint64
+	for l := range n.el.Observe(ctx) {
+		if l.LeaderID != "" && l.LeaderID != lastLeader {
+			if lastLeader != "" {
+				n.metrics.leaderChanges.Inc()
+			}
+			lastLeader = l.LeaderID
+		}
+		if l.Leading() && l.Epoch.Term > lastEpoch {
+			lastEpoch = l.Epoch.Term
+			n.metrics.epochsIssued.Inc()
+			n.log.Info("took epoch", "epoch", l.Epoch.String())
+			if n.book.lookup(n.cfg.ID) != n.httpAddr {
+				n.announce(n.cfg.ID, n.httpAddr)
+			}
+		}
+	}
+}
+
+// announce replicates id's HTTP address; it needs this node to lead.
+func (n *node) announce(id, addr string) {
+	f := n.el.Raft().Apply(encodeEntry(id, addr), 2*n.cfg.Heartbeat)
+	if err := f.Error(); err != nil {
+		n.log.Debug("could not record HTTP address", "id", id, "error", err)
+	}
+}
+
+// writeLoop is the -write-every writer: under election.Lead, while this node
+// holds an epoch, it writes a counter to the store every interval, stamped
+// with the token of that epoch.
+func (n *node) writeLoop(ctx context.Context) {
+	defer n.wg.Done()
+	err := n.el.Lead(ctx, func(lctx context.Context, ep epoch.Epoch) error {
+		return n.leadWrites(ctx, lctx, ep)
+	})
+	if err != nil && ctx.Err() == nil {
+		n.log.Warn("writer stopped", "error", err)
+	}
+}
+
+// errRefused is what leadWrites returns when the store refused this node's
+// epoch: a newer leader has written, so this one must stop.
+var errRefused = errors.New("store refused this node's epoch")
+
+// leadWrites writes under one epoch. The token is signed once, when the
+// epoch is taken, like the seed's lock holder with its token.
+//
+// It checks leadership (lctx) before it waits for the next tick, not after
+// it wakes: a process frozen while it waits (SIGSTOP, a GC pause, a VM
+// migration) wakes up and writes with the token it holds — exactly the
+// paused leader of the seed — and only the store's fence stops that write.
+// The write itself runs under the process's context, not lctx, for the same
+// reason: cancelling lctx is a notice, not a guarantee, and the demo and
+// tests show the fence doing the guaranteeing.
+func (n *node) leadWrites(ctx, lctx context.Context, ep epoch.Epoch) error {
+	tok, err := n.cfg.codec.Sign(ep)
+	if err != nil {
+		return fmt.Errorf("sign %s: %w", ep, err)
+	}
+	tick := time.NewTicker(n.cfg.WriteEvery)
+	defer tick.Stop()
+	for i := 1; ; i++ {
+		if lctx.Err() != nil {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return nil
+		}
+		value := fmt.Sprintf("%s@%d#%d", n.cfg.ID, ep.Term, i)
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		a, err := n.store.write(wctx, tok, writeRequest{Resource: n.cfg.Resource, Value: value})
+		cancel()
+		switch {
+		case err != nil:
+			n.metrics.writeErrors.Inc()
+			n.log.Warn("write: no answer from the store", "epoch", ep.String(), "error", err)
+		case a.Accepted():
+			n.metrics.writesAccepted.Inc()
+			n.log.Debug("write accepted", "epoch", ep.String(), "value", value)
+		case a.Refused():
+			n.metrics.writesRefused.Inc()
+			n.log.Warn("write REFUSED by the store: a newer leader exists; stopping writes under this epoch",
+				"epoch", ep.String(), "status", a.Status, "reason", a.Reason())
+			if a.Status == http.StatusConflict {
+				return fmt.Errorf("%w: %s", errRefused, a.Reason())
+			}
+			return nil // not authentic: misconfiguration, resigning would not help
+		default:
+			n.metrics.writeErrors.Inc()
+			n.log.Warn("write failed at the store", "epoch", ep.String(), "status", a.Status, "reason", a.Reason())
+		}
+	}
+}
+
+// joinLoop asks the cluster to add this node as a voter, through the node
+// given by -join, following redirects to the leader, until it succeeds or
+// ctx ends. Adding a voter that is already one is harmless, so a restarted
+// node simply joins again.
+func (n *node) joinLoop(ctx context.Context) {
+	defer n.wg.Done()
+	target := n.cfg.Join
+	body := joinRequest{ID: n.cfg.ID, Addr: string(n.faulty.LocalAddr()), HTTP: n.httpAddr}
+	for attempt := 0; ; attempt++ {
+		next, err := n.tryJoin(ctx, target, body)
+		if err == nil {
+			n.log.Info("joined the cluster", "via", target)
+			return
+		}
+		if next != "" {
+			target = next
+		} else {
+			target = n.cfg.Join
+		}
+		if attempt%10 == 0 {
+			n.log.Info("join: retrying", "error", err, "next", target)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(n.cfg.Heartbeat / 2): // poll interval
+		}
+	}
+}
+
+// tryJoin sends one POST /join. On a "not leader" answer it returns the
+// leader's HTTP address to try next.
+func (n *node) tryJoin(ctx context.Context, target string, body joinRequest) (next string, err error) {
+	var reply errorBody
+	status, err := n.postJSON(ctx, n.nodeURL(target)+"/join", body, &reply)
+	if err != nil {
+		return "", err
+	}
+	if status == http.StatusOK {
+		return "", nil
+	}
+	return reply.LeaderHTTP, fmt.Errorf("join via %s: %d %s", target, status, reply.Error)
+}
+
+// nodeURL turns a node's address (host:port, or a URL) into its API base
+// URL.
+func (n *node) nodeURL(addr string) string {
+	if strings.Contains(addr, "://") {
+		return strings.TrimRight(addr, "/")
+	}
+	return n.scheme + "://" + addr
+}
+
+// leaderInfo returns the leader this node knows of and its HTTP address.
+func (n *node) leaderInfo() (id, httpAddr string) {
+	st := n.el.Status()
+	if st.LeaderID == "" {
+		return "", ""
+	}
+	return st.LeaderID, n.book.lookup(st.LeaderID)
+}

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/termfence/termfence/election"
+	"github.com/termfence/termfence/epoch"
+)
+
+// routes is the node's HTTP API (see cluster-cli.md in the project notes).
+func (n *node) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/status", n.handleStatus)
+	mux.HandleFunc("/write", n.handleWrite)
+	mux.HandleFunc("/resign", n.handleResign)
+	mux.HandleFunc("/join", n.handleJoin)
+	mux.HandleFunc("/transfer", n.handleTransfer)
+	mux.HandleFunc("/remove", n.handleRemove)
+	mux.Handle("/metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	if n.cfg.FaultEndpoint {
+		mux.HandleFunc("/fault", n.handleFault)
+	}
+	return mux
+}
+
+// nodeStatus is the body of GET /status.
+type nodeStatus struct {
+	ID         string `json:"id"`
+	State      string `json:"state"`
+	Term       uint64 `json:"term"`
+	Leader     string `json:"leader"`
+	LeaderAddr string `json:"leader_addr"`
+	LeaderHTTP string `json:"leader_http"`
+	Epoch      string `json:"epoch"` // "" unless this node holds a confirmed epoch now
+	Raft       string `json:"raft"`
+	HTTP       string `json:"http"`
+}
+
+func (n *node) handleStatus(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodGet) {
+		return
+	}
+	st := n.el.Status()
+	out := nodeStatus{
+		ID: st.ID, State: st.State.String(), Term: st.Term,
+		Leader: st.LeaderID, LeaderAddr: st.LeaderAddr, LeaderHTTP: n.book.lookup(st.LeaderID),
+		Raft: string(n.faulty.LocalAddr()), HTTP: n.httpAddr,
+	}
+	// Epoch() repeats the triple read now: a node that has just stepped
+	// down reports no epoch even if Status was read a moment earlier.
+	if ep, err := n.el.Epoch(); err == nil {
+		out.Epoch = ep.String()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// notLeader answers 503 with the leader to retry at.
+func (n *node) notLeader(w http.ResponseWriter) {
+	id, h := n.leaderInfo()
+	msg := "not leader"
+	if id == "" {
+		msg = "not leader, and no leader is known (an election is under way or this node is cut off); retry"
+	}
+	writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: msg, Code: "not_leader", Leader: id, LeaderHTTP: h})
+}
+
+// handleWrite forwards a write to the store stamped with this node's token —
+// the token of the epoch it held when the request arrived — and relays the
+// store's answer.
+func (n *node) handleWrite(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodPost) {
+		return
+	}
+	var req writeRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "node: "+err.Error())
+		return
+	}
+	ep, err := n.el.Epoch()
+	if err != nil {
+		n.notLeader(w)
+		return
+	}
+	if n.store == nil {
+		writeError(w, http.StatusServiceUnavailable, "node: no -store configured")
+		return
+	}
+	if req.Resource == "" {
+		req.Resource = n.cfg.Resource
+	}
+	tok, err := n.cfg.codec.Sign(ep)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "node: sign epoch: "+err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	a, err := n.store.write(ctx, tok, req)
+	if err != nil {
+		n.metrics.writeErrors.Inc()
+		writeError(w, http.StatusBadGateway, "node: "+err.Error())
+		return
+	}
+	switch {
+	case a.Accepted():
+		n.metrics.writesAccepted.Inc()
+	case a.Refused():
+		n.metrics.writesRefused.Inc()
+	default:
+		n.metrics.writeErrors.Inc()
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set(epoch.Header, tok)
+	w.WriteHeader(a.Status)
+	_, _ = w.Write(a.Body)
+}
+
+// handleResign hands leadership to another voter. On a follower it does
+// nothing.
+func (n *node) handleResign(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodPost) {
+		return
+	}
+	_, errEp := n.el.Epoch()
+	wasLeader := errEp == nil || n.el.Status().State == raft.Leader
+	ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+	defer cancel()
+	if err := n.el.Resign(ctx); err != nil {
+		writeError(w, statusOf(err), "node: resign: "+err.Error())
+		return
+	}
+	id, h := n.leaderInfo()
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "was_leader": wasLeader, "leader": id, "leader_http": h})
+}
+
+// joinRequest is the body of POST /join. HTTP is optional: the joining
+// node's API address, recorded so that others can point clients at it when
+// it leads.
+type joinRequest struct {
+	ID   string `json:"id"`
+	Addr string `json:"addr"`
+	HTTP string `json:"http,omitempty"`
+}
+
+// handleJoin adds a voter. Only the leader can; a follower answers 503 with
+// the leader's address.
+func (n *node) handleJoin(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodPost) {
+		return
+	}
+	var req joinRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "node: join: "+err.Error())
+		return
+	}
+	if err := epoch.ValidateName(req.ID); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: join: id %q: %v", req.ID, err))
+		return
+	}
+	if req.Addr == "" {
+		writeError(w, http.StatusBadRequest, "node: join: addr (the joining node's Raft address) is required")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+	defer cancel()
+	if err := n.el.AddVoter(ctx, req.ID, req.Addr); err != nil {
+		if errors.Is(err, election.ErrNotLeader) {
+			n.notLeader(w)
+			return
+		}
+		writeError(w, statusOf(err), "node: join: "+err.Error())
+		return
+	}
+	if req.HTTP != "" {
+		n.announce(req.ID, req.HTTP)
+	}
+	n.log.Info("added voter", "id", req.ID, "addr", req.Addr)
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": req.ID, "addr": req.Addr})
+}
+
+// idRequest is the body of POST /transfer and POST /remove.
+type idRequest struct {
+	ID string `json:"id"`
+}
+
+// handleTransfer hands leadership to a named voter.
+func (n *node) handleTransfer(w http.ResponseWriter, r *http.Request) {
+	n.adminByID(w, r, "transfer", n.el.TransferTo)
+}
+
+// handleRemove removes a member from the cluster.
+func (n *node) handleRemove(w http.ResponseWriter, r *http.Request) {
+	n.adminByID(w, r, "remove", n.el.RemoveServer)
+}
+
+func (n *node) adminByID(w http.ResponseWriter, r *http.Request, op string, fn func(context.Context, string) error) {
+	if !allow(w, r, http.MethodPost) {
+		return
+	}
+	var req idRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "node: "+op+": "+err.Error())
+		return
+	}
+	if err := epoch.ValidateName(req.ID); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: %s: id %q: %v", op, req.ID, err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+	defer cancel()
+	if err := fn(ctx, req.ID); err != nil {
+		if errors.Is(err, election.ErrNotLeader) {
+			n.notLeader(w)
+			return
+		}
+		writeError(w, statusOf(err), "node: "+op+": "+err.Error())
+		return
+	}
+	id, h := n.leaderInfo()
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "leader": id, "leader_http": h})
+}
+
+// statusOf maps an election error to an HTTP status.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, election.ErrUnknownServer):
+		return http.StatusNotFound
+	case errors.Is(err, election.ErrNotLeader), errors.Is(err, election.ErrClosed),
+		errors.Is(err, election.ErrTransfer), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// faultRequest is the body of POST /fault (TEST ONLY).
+type faultRequest struct {
+	Op    string   `json:"op"`              // isolate, heal, cut, delay, drop
+	Peers []string `json:"peers,omitempty"` // cut: Raft addresses
+	Delay string   `json:"delay,omitempty"` // delay: a Go duration
+	P     float64  `json:"p,omitempty"`     // drop: probability
+	Seed  int64    `json:"seed,omitempty"`  // drop: random seed
+}
+
+// handleFault drives the node's transport.Faulty. It exists only with
+// -fault-endpoint.
+func (n *node) handleFault(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodPost) {
+		return
+	}
+	var req faultRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "node: fault: "+err.Error())
+		return
+	}
+	switch req.Op {
+	case "isolate":
+		n.faulty.Isolate()
+	case "heal":
+		n.faulty.Heal()
+	case "cut":
+		if len(req.Peers) == 0 {
+			writeError(w, http.StatusBadRequest, "node: fault: cut needs peers (Raft addresses)")
+			return
+		}
+		peers := make([]raft.ServerAddress, len(req.Peers))
+		for i, p := range req.Peers {
+			peers[i] = raft.ServerAddress(p)
+		}
+		n.faulty.Cut(peers...)
+	case "delay":
+		d, err := time.ParseDuration(req.Delay)
+		if err != nil || d < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("node: fault: delay %q is not a non-negative Go duration", req.Delay))
+			return
+		}
+		n.faulty.Delay(d)
+	case "drop":
+		if req.P < 0 || req.P > 1 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("node: fault: drop probability %v is outside [0, 1]", req.P))
+			return
+		}
+		n.faulty.Drop(req.P, req.Seed)
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: fault: unknown op %q (want isolate, heal, cut, delay or drop)", req.Op))
+		return
+	}
+	n.log.Warn("fault injected", "op", req.Op, "peers", req.Peers)
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "op": req.Op})
+}
+
+// postJSON POSTs v as JSON to url and decodes the JSON answer into out.
+func (n *node) postJSON(ctx context.Context, url string, v, out any) (int, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := n.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if len(b) > 0 && out != nil {
+		_ = json.Unmarshal(b, out)
+	}
+	return resp.StatusCode, nil
+}

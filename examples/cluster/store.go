@@ -1,0 +1,373 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard"
+)
+
+// The store is the fenced resource outside the consensus group: a table of
+// records, one per resource name, each written by some leader under its
+// epoch. It is shared by the `store` subcommand and the demo, which serves
+// the same handler on a loopback listener.
+//
+// Every write goes through storageguard (DESIGN.md I4, I7): the token is
+// verified first (signature, form, cluster — I6), then the epoch is admitted
+// by the fence in the same step as the record write:
+//
+//   - sqlite: storageguard.SQL.Tx — the fence raise and the record upsert are
+//     one SQLite transaction, so neither exists without the other;
+//   - bolt: storageguard.Middleware over a Bolt fence — the record handler
+//     runs inside the fence's Do, after the raise is durable, and no newer
+//     epoch is admitted until it has returned.
+//
+// With unfenced set (the control experiment only) the token is still
+// verified but its epoch is not compared with anything: a deposed leader's
+// late write overwrites its successor's, which is what the seed's first run
+// shows.
+
+// DefaultResource is the resource a write or read names when it names none.
+const DefaultResource = "register"
+
+// record is one resource's current value and the epoch it was written under.
+type record struct {
+	Resource string
+	Value    string
+	Epoch    epoch.Epoch
+}
+
+// backend keeps the records. put writes without any fence check; the fenced
+// write paths wrap it (see fencedWriter).
+type backend interface {
+	put(ctx context.Context, rec record) error
+	get(ctx context.Context, resource string) (record, bool, error)
+	resources(ctx context.Context) ([]string, error)
+	fence() storageguard.Fence
+	// fencedWriter returns the handler that admits the request's epoch and
+	// writes the request's record as one step.
+	fencedWriter(g *storageguard.Guard) http.Handler
+	close() error
+}
+
+// storeConfig configures openStore. Codec verifies tokens (epoch.Plain()
+// accepts any well-formed token).
+type storeConfig struct {
+	Backend  string // "sqlite" (default) or "bolt"
+	Data     string // the SQLite file, or the Bolt fence file (records go next to it)
+	Cluster  string
+	Unfenced bool
+	Verifier epoch.Verifier
+	Log      *slog.Logger
+}
+
+// recordStore is the store's state and HTTP API.
+type recordStore struct {
+	cfg   storeConfig
+	b     backend
+	guard *storageguard.Guard
+	write http.Handler // the write path: fenced, or (control experiment) not
+	mux   *http.ServeMux
+
+	mu        sync.Mutex
+	accepted  uint64
+	refused   uint64
+	refusedBy map[string]uint64 // presented epoch (or "unauthenticated") -> refusals
+}
+
+// openStore opens the backend named by cfg and builds the HTTP API.
+func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
+	if cfg.Data == "" {
+		return nil, errors.New("store: -data is required (the SQLite or Bolt file)")
+	}
+	if err := epoch.ValidateName(cfg.Cluster); err != nil {
+		return nil, fmt.Errorf("store: -cluster %q: %v", cfg.Cluster, err)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	var (
+		b   backend
+		err error
+	)
+	switch cfg.Backend {
+	case "", "sqlite":
+		cfg.Backend = "sqlite"
+		b, err = openSQLite(ctx, cfg.Data)
+	case "bolt":
+		b, err = openBolt(cfg.Data)
+	default:
+		return nil, fmt.Errorf("store: unknown -backend %q (want sqlite or bolt)", cfg.Backend)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := &recordStore{cfg: cfg, b: b, refusedBy: make(map[string]uint64)}
+	// The Guard logs its own warning when there is no Verifier; loadCodec
+	// has already warned about unsigned tokens, so pass what it returned.
+	s.guard = storageguard.NewGuard(b.fence(), storageguard.GuardConfig{Cluster: cfg.Cluster, Verifier: cfg.Verifier})
+	if cfg.Unfenced {
+		cfg.Log.Warn("store: -unfenced: writes are NOT checked against the highest epoch (control experiment only)")
+		s.write = http.HandlerFunc(s.unfencedWrite)
+	} else {
+		s.write = b.fencedWriter(s.guard)
+	}
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("/write", s.handleWrite)
+	s.mux.HandleFunc("/read", s.handleRead)
+	s.mux.HandleFunc("/status", s.handleStatus)
+	return s, nil
+}
+
+// Handler returns the store's HTTP API.
+func (s *recordStore) Handler() http.Handler { return s.mux }
+
+// Close closes the backend.
+func (s *recordStore) Close() error { return s.b.close() }
+
+// writeRequest is the body of POST /write.
+type writeRequest struct {
+	Resource string `json:"resource"`
+	Value    string `json:"value"`
+}
+
+// writeReply is the body of an accepted POST /write.
+type writeReply struct {
+	OK     bool   `json:"ok"`
+	Term   uint64 `json:"term"`
+	Leader string `json:"leader"`
+}
+
+type writeReqKey struct{}
+
+// requestOf returns the parsed write request handleWrite put in the context.
+func requestOf(r *http.Request) writeRequest {
+	req, _ := r.Context().Value(writeReqKey{}).(writeRequest)
+	return req
+}
+
+// handleWrite parses the request, runs the write path and counts the
+// outcome.
+func (s *recordStore) handleWrite(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodPost) {
+		return
+	}
+	var req writeRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "store: "+err.Error())
+		return
+	}
+	if req.Resource == "" {
+		req.Resource = DefaultResource
+	}
+	if err := storageguard.ValidateResource(req.Resource); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	rec := &capture{ResponseWriter: w}
+	s.write.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), writeReqKey{}, req)))
+	s.count(rec)
+}
+
+// count records one write's outcome: accepted, or refused by the guard or
+// the fence (401, 403, 409). Other failures (a bad request, a storage error)
+// are neither.
+func (s *recordStore) count(rec *capture) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch rec.status {
+	case http.StatusOK:
+		s.accepted++
+	case http.StatusConflict, http.StatusUnauthorized, http.StatusForbidden:
+		s.refused++
+		var ref storageguard.Refusal
+		key := "unauthenticated"
+		if json.Unmarshal(rec.body.Bytes(), &ref) == nil && ref.Presented != nil {
+			key = ref.Presented.String()
+		}
+		s.refusedBy[key]++
+	}
+}
+
+// capture records a response's status and (small) body while passing them
+// on.
+type capture struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer
+}
+
+func (c *capture) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *capture) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	if c.body.Len() < 4096 {
+		c.body.Write(b)
+	}
+	return c.ResponseWriter.Write(b)
+}
+
+// refuse answers a refused write with storageguard's status and Refusal
+// body, the same as the guard's Middleware does.
+func refuseWrite(w http.ResponseWriter, resource string, err error) {
+	status, code := storageguard.Status(err)
+	body := storageguard.Refusal{Code: code, Error: err.Error(), Resource: resource}
+	var se *storageguard.StaleError
+	var ce *storageguard.ConflictError
+	var fe *storageguard.ForeignError
+	switch {
+	case errors.As(err, &se):
+		body.Presented, body.Highest = &se.Presented, &se.Highest
+	case errors.As(err, &ce):
+		body.Presented, body.Highest = &ce.Presented, &ce.Highest
+	case errors.As(err, &fe):
+		body.Presented = &fe.Presented
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", epoch.Header)
+	}
+	writeJSON(w, status, body)
+}
+
+// token returns the request's single Fencing-Token value.
+func token(r *http.Request) (string, error) {
+	vals := r.Header.Values(epoch.Header)
+	switch len(vals) {
+	case 0:
+		return "", fmt.Errorf("%w: no %s header", storageguard.ErrUnauthenticated, epoch.Header)
+	case 1:
+		return vals[0], nil
+	}
+	return "", fmt.Errorf("store: %w: %d %s headers, want one", epoch.ErrMalformed, len(vals), epoch.Header)
+}
+
+// accept answers an accepted write.
+func accept(w http.ResponseWriter, ep epoch.Epoch) {
+	writeJSON(w, http.StatusOK, writeReply{OK: true, Term: ep.Term, Leader: ep.Leader})
+}
+
+// unfencedWrite is the control experiment's write path: the token must be
+// authentic, but its epoch is not compared with the highest.
+func (s *recordStore) unfencedWrite(w http.ResponseWriter, r *http.Request) {
+	req := requestOf(r)
+	tok, err := token(r)
+	var ep epoch.Epoch
+	if err == nil {
+		ep, err = s.guard.Verify(req.Resource, tok)
+	}
+	if err != nil {
+		refuseWrite(w, req.Resource, err)
+		return
+	}
+	if err := s.b.put(r.Context(), record{Resource: req.Resource, Value: req.Value, Epoch: ep}); err != nil {
+		refuseWrite(w, req.Resource, err)
+		return
+	}
+	accept(w, ep)
+}
+
+// readReply is the body of GET /read.
+type readReply struct {
+	Resource string `json:"resource"`
+	Value    string `json:"value"`
+	Term     uint64 `json:"term"`
+	Leader   string `json:"leader"`
+}
+
+// handleRead serves GET /read?resource=r. Reads are not fenced: a reader
+// may act on a value that a newer leader is about to replace.
+func (s *recordStore) handleRead(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodGet) {
+		return
+	}
+	res := r.URL.Query().Get("resource")
+	if res == "" {
+		res = DefaultResource
+	}
+	if err := storageguard.ValidateResource(res); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	rec, ok, err := s.b.get(r.Context(), res)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "store: read: "+err.Error())
+		return
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("store: resource %q was never written", res))
+		return
+	}
+	writeJSON(w, http.StatusOK, readReply{Resource: rec.Resource, Value: rec.Value, Term: rec.Epoch.Term, Leader: rec.Epoch.Leader})
+}
+
+// storeStatus is the body of GET /status.
+type storeStatus struct {
+	Accepted  uint64            `json:"accepted"`
+	Refused   uint64            `json:"refused"`
+	Highest   map[string]string `json:"highest"`    // resource -> highest epoch (the fence's high-water mark)
+	RefusedBy map[string]uint64 `json:"refused_by"` // presented epoch -> refusals
+	Fenced    bool              `json:"fenced"`
+	Backend   string            `json:"backend"`
+}
+
+// handleStatus serves GET /status. Counts are since this process started;
+// the records and high-water marks are durable.
+func (s *recordStore) handleStatus(w http.ResponseWriter, r *http.Request) {
+	if !allow(w, r, http.MethodGet) {
+		return
+	}
+	st, err := s.status(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "store: status: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *recordStore) status(ctx context.Context) (storeStatus, error) {
+	st := storeStatus{Highest: map[string]string{}, Fenced: !s.cfg.Unfenced, Backend: s.cfg.Backend}
+	s.mu.Lock()
+	st.Accepted, st.Refused = s.accepted, s.refused
+	st.RefusedBy = make(map[string]uint64, len(s.refusedBy))
+	for k, v := range s.refusedBy {
+		st.RefusedBy[k] = v
+	}
+	s.mu.Unlock()
+	names, err := s.b.resources(ctx)
+	if err != nil {
+		return storeStatus{}, err
+	}
+	for _, res := range names {
+		var h epoch.Epoch
+		if s.cfg.Unfenced {
+			// Nothing is fenced: report the epoch of the last write.
+			rec, ok, err := s.b.get(ctx, res)
+			if err != nil {
+				return storeStatus{}, err
+			}
+			if ok {
+				h = rec.Epoch
+			}
+		} else if h, err = s.b.fence().Highest(ctx, res); err != nil {
+			return storeStatus{}, err
+		}
+		if !h.IsZero() {
+			st.Highest[res] = h.String()
+		}
+	}
+	return st, nil
+}
