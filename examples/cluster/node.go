@@ -62,7 +62,7 @@ func nodeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "this node's PEM private key")
 	fs.StringVar(&cfg.TLSCA, "tls-ca", "", "the cluster CA's PEM certificate")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", time.Second, "Raft heartbeat timeout; election timeout = heartbeat, leader lease = heartbeat/2")
-	fs.DurationVar(&cfg.WriteEvery, "write-every", 0, "while leading, write a counter to the store this often (0: only on POST /write)")
+	fs.DurationVar(&cfg.WriteEvery, "write-every", 0, "while leading, write a counter to the store this often (0: only on POST /write); on losing its epoch the writer makes one last write with its old token, as a paused process would")
 	fs.StringVar(&cfg.Resource, "resource", DefaultResource, "the store resource the -write-every writer writes")
 	fs.BoolVar(&cfg.FaultEndpoint, "fault-endpoint", false, "enable POST /fault to partition this node (TEST ONLY)")
 	fs.StringVar(&cfg.AddrFile, "addr-file", "", `write "raft=ADDR http=ADDR" to this file once listening`)
@@ -345,13 +345,19 @@ var errRefused = errors.New("store refused this node's epoch")
 // leadWrites writes under one epoch. The token is signed once, when the
 // epoch is taken, like the seed's lock holder with its token.
 //
-// It checks leadership (lctx) before it waits for the next tick, not after
-// it wakes: a process frozen while it waits (SIGSTOP, a GC pause, a VM
-// migration) wakes up and writes with the token it holds — exactly the
-// paused leader of the seed — and only the store's fence stops that write.
-// The write itself runs under the process's context, not lctx, for the same
-// reason: cancelling lctx is a notice, not a guarantee, and the demo and
-// tests show the fence doing the guaranteeing.
+// It deliberately behaves like the seed's paused process: when it learns
+// that its epoch is gone (lctx ends) it makes one more write with the token
+// it holds before it stops. A process frozen anywhere in its loop (SIGSTOP,
+// a GC pause, a VM migration) learns of its deposition only after it
+// resumes, and a write it had already decided on then reaches the store
+// late; this writer makes that late write every time, so the fence's
+// refusal is observable on every pause, not only when the pause happens to
+// land between its check and its write. Writes run under the process's
+// context, not lctx: cancelling lctx is a notice that arrives after the
+// fact, and the store's fence is what makes the late write harmless. A
+// refusal (409) ends the writer at once; a leader that lost its epoch
+// without a successor writing yet gets its last write accepted, which is
+// correct — the store has seen no newer epoch.
 func (n *node) leadWrites(ctx, lctx context.Context, ep epoch.Epoch) error {
 	tok, err := n.cfg.codec.Sign(ep)
 	if err != nil {
@@ -359,10 +365,8 @@ func (n *node) leadWrites(ctx, lctx context.Context, ep epoch.Epoch) error {
 	}
 	tick := time.NewTicker(n.cfg.WriteEvery)
 	defer tick.Stop()
+	lost := false
 	for i := 1; ; i++ {
-		if lctx.Err() != nil {
-			return nil
-		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
@@ -390,6 +394,13 @@ func (n *node) leadWrites(ctx, lctx context.Context, ep epoch.Epoch) error {
 		default:
 			n.metrics.writeErrors.Inc()
 			n.log.Warn("write failed at the store", "epoch", ep.String(), "status", a.Status, "reason", a.Reason())
+		}
+		if lost {
+			return nil
+		}
+		if lctx.Err() != nil {
+			lost = true
+			n.log.Info("epoch lost; one last write with the old token, as a paused process would", "epoch", ep.String())
 		}
 	}
 }

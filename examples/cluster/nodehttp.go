@@ -35,15 +35,16 @@ func (n *node) routes() http.Handler {
 
 // nodeStatus is the body of GET /status.
 type nodeStatus struct {
-	ID         string `json:"id"`
-	State      string `json:"state"`
-	Term       uint64 `json:"term"`
-	Leader     string `json:"leader"`
-	LeaderAddr string `json:"leader_addr"`
-	LeaderHTTP string `json:"leader_http"`
-	Epoch      string `json:"epoch"` // "" unless this node holds a confirmed epoch now
-	Raft       string `json:"raft"`
-	HTTP       string `json:"http"`
+	ID         string   `json:"id"`
+	State      string   `json:"state"`
+	Term       uint64   `json:"term"`
+	Leader     string   `json:"leader"`
+	LeaderAddr string   `json:"leader_addr"`
+	LeaderHTTP string   `json:"leader_http"`
+	Epoch      string   `json:"epoch"` // "" unless this node holds a confirmed epoch now
+	Raft       string   `json:"raft"`
+	HTTP       string   `json:"http"`
+	Voters     []string `json:"voters"` // this node's latest Raft configuration
 }
 
 func (n *node) handleStatus(w http.ResponseWriter, r *http.Request) {
@@ -55,6 +56,13 @@ func (n *node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		ID: st.ID, State: st.State.String(), Term: st.Term,
 		Leader: st.LeaderID, LeaderAddr: st.LeaderAddr, LeaderHTTP: n.book.lookup(st.LeaderID),
 		Raft: string(n.faulty.LocalAddr()), HTTP: n.httpAddr,
+	}
+	if f := n.el.Raft().GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			if srv.Suffrage == raft.Voter {
+				out.Voters = append(out.Voters, string(srv.ID))
+			}
+		}
 	}
 	// Epoch() repeats the triple read now: a node that has just stepped
 	// down reports no epoch even if Status was read a moment earlier.

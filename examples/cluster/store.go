@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"sync"
 
@@ -76,10 +77,11 @@ type recordStore struct {
 	write http.Handler // the write path: fenced, or (control experiment) not
 	mux   *http.ServeMux
 
-	mu        sync.Mutex
-	accepted  uint64
-	refused   uint64
-	refusedBy map[string]uint64 // presented epoch (or "unauthenticated") -> refusals
+	mu         sync.Mutex
+	accepted   uint64
+	refused    uint64
+	refusedBy  map[string]uint64 // presented epoch (or "unauthenticated") -> refusals
+	acceptedBy map[string]uint64 // epoch -> accepted writes
 }
 
 // openStore opens the backend named by cfg and builds the HTTP API.
@@ -109,7 +111,7 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &recordStore{cfg: cfg, b: b, refusedBy: make(map[string]uint64)}
+	s := &recordStore{cfg: cfg, b: b, refusedBy: make(map[string]uint64), acceptedBy: make(map[string]uint64)}
 	// The Guard logs its own warning when there is no Verifier; loadCodec
 	// has already warned about unsigned tokens, so pass what it returned.
 	s.guard = storageguard.NewGuard(b.fence(), storageguard.GuardConfig{Cluster: cfg.Cluster, Verifier: cfg.Verifier})
@@ -185,6 +187,10 @@ func (s *recordStore) count(rec *capture) {
 	switch rec.status {
 	case http.StatusOK:
 		s.accepted++
+		var rep writeReply
+		if json.Unmarshal(rec.body.Bytes(), &rep) == nil {
+			s.acceptedBy[epoch.Epoch{Cluster: s.cfg.Cluster, Term: rep.Term, Leader: rep.Leader}.String()]++
+		}
 	case http.StatusConflict, http.StatusUnauthorized, http.StatusForbidden:
 		s.refused++
 		var ref storageguard.Refusal
@@ -316,12 +322,13 @@ func (s *recordStore) handleRead(w http.ResponseWriter, r *http.Request) {
 
 // storeStatus is the body of GET /status.
 type storeStatus struct {
-	Accepted  uint64            `json:"accepted"`
-	Refused   uint64            `json:"refused"`
-	Highest   map[string]string `json:"highest"`    // resource -> highest epoch (the fence's high-water mark)
-	RefusedBy map[string]uint64 `json:"refused_by"` // presented epoch -> refusals
-	Fenced    bool              `json:"fenced"`
-	Backend   string            `json:"backend"`
+	Accepted   uint64            `json:"accepted"`
+	Refused    uint64            `json:"refused"`
+	Highest    map[string]string `json:"highest"`     // resource -> highest epoch (the fence's high-water mark)
+	RefusedBy  map[string]uint64 `json:"refused_by"`  // presented epoch -> refusals
+	AcceptedBy map[string]uint64 `json:"accepted_by"` // epoch -> accepted writes
+	Fenced     bool              `json:"fenced"`
+	Backend    string            `json:"backend"`
 }
 
 // handleStatus serves GET /status. Counts are since this process started;
@@ -342,10 +349,7 @@ func (s *recordStore) status(ctx context.Context) (storeStatus, error) {
 	st := storeStatus{Highest: map[string]string{}, Fenced: !s.cfg.Unfenced, Backend: s.cfg.Backend}
 	s.mu.Lock()
 	st.Accepted, st.Refused = s.accepted, s.refused
-	st.RefusedBy = make(map[string]uint64, len(s.refusedBy))
-	for k, v := range s.refusedBy {
-		st.RefusedBy[k] = v
-	}
+	st.RefusedBy, st.AcceptedBy = maps.Clone(s.refusedBy), maps.Clone(s.acceptedBy)
 	s.mu.Unlock()
 	names, err := s.b.resources(ctx)
 	if err != nil {
