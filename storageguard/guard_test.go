@@ -15,18 +15,28 @@ import (
 var gtKey = []byte("termfence test key, 32 bytes or more")
 
 // gtSpyFence counts every call that reaches the fence it wraps.
+// onDo, if set, is called with each epoch that reaches Do or Admit, before the fence
+// decides on it.
 type gtSpyFence struct {
 	storageguard.Fence
-	calls atomic.Int64
+	calls atomic.Int64 // Do, Admit, Check: every call that decides on an epoch
+	reads atomic.Int64 // Highest
+	onDo  func(epoch.Epoch)
 }
 
 func (s *gtSpyFence) Do(ctx context.Context, r string, ep epoch.Epoch, w func(context.Context) error) error {
 	s.calls.Add(1)
+	if s.onDo != nil {
+		s.onDo(ep)
+	}
 	return s.Fence.Do(ctx, r, ep, w)
 }
 
 func (s *gtSpyFence) Admit(ctx context.Context, r string, ep epoch.Epoch) error {
 	s.calls.Add(1)
+	if s.onDo != nil {
+		s.onDo(ep)
+	}
 	return s.Fence.Admit(ctx, r, ep)
 }
 
@@ -36,7 +46,7 @@ func (s *gtSpyFence) Check(ctx context.Context, r string, ep epoch.Epoch) error 
 }
 
 func (s *gtSpyFence) Highest(ctx context.Context, r string) (epoch.Epoch, error) {
-	s.calls.Add(1)
+	s.reads.Add(1)
 	return s.Fence.Highest(ctx, r)
 }
 

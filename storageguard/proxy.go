@@ -1,0 +1,378 @@
+package storageguard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/termfence/termfence/epoch"
+)
+
+// DefaultProxyTimeout is the longest a proxied request may run when
+// ProxyConfig.Timeout is zero.
+const DefaultProxyTimeout = 30 * time.Second
+
+// ProxyConfig configures a fencing proxy. The zero value is valid: one
+// resource for the whole target, a 30 s timeout, the token stripped, every
+// request (reads too) refused without a token.
+type ProxyConfig struct {
+	// Resource maps a request to the fenced resource it writes. Each resource
+	// has its own highest epoch; requests for different resources do not wait
+	// for each other. The name must be 1..MaxResourceLen bytes, else the
+	// request is refused with 400. Nil: every request maps to one resource
+	// named after the target (scheme, host and path, no user info or query).
+	Resource func(*http.Request) string
+	// Timeout bounds each forwarded request from admission to the last byte
+	// of the response copied to the client. When it expires the backend
+	// request is cancelled (504 if no response header was sent yet, else the
+	// client connection is cut), and a newer epoch waiting for it may
+	// proceed. Zero: DefaultProxyTimeout. Negative is invalid.
+	Timeout time.Duration
+	// ForwardToken sends the client's Fencing-Token header on to the backend.
+	// False (the default): the header is stripped, so the backend never sees
+	// a token it cannot check.
+	ForwardToken bool
+	// UnfencedReads lets GET and HEAD requests that carry no token through
+	// to the backend without the fence (they are still bounded by Timeout).
+	// Such reads are not ordered against epoch changes and may be stale.
+	// A GET or HEAD that does carry a token is fenced like any request.
+	// False (the default): a request without a token is refused with 401.
+	UnfencedReads bool
+	// Transport sends requests to the backend. Nil: a transport of the
+	// proxy's own that keeps up to 256 idle connections to the backend (so
+	// hundreds of concurrent clients reuse connections), ignores proxy
+	// environment variables and closes idle connections after 90 s. Pass
+	// your own to control its lifetime (CloseIdleConnections) or its TLS.
+	Transport http.RoundTripper
+	// ErrorLog receives errors the proxy cannot report to the client (a
+	// response body cut off mid-copy). Nil: the log package's standard
+	// logger.
+	ErrorLog *log.Logger
+}
+
+// Validate reports whether c is usable. The error wraps ErrBadConfig.
+func (c ProxyConfig) Validate() error {
+	if c.Timeout < 0 {
+		return fmt.Errorf("%w: negative proxy timeout %v", ErrBadConfig, c.Timeout)
+	}
+	return nil
+}
+
+// Refusal is the JSON body of every response the proxy or Middleware
+// generates itself instead of forwarding: a refused token or epoch, a bad
+// request, or a backend failure.
+type Refusal struct {
+	// Code is a stable, machine-readable reason: stale_epoch,
+	// conflicting_epoch, foreign_cluster, missing_token, malformed_token,
+	// unsigned_token, bad_signature, unauthenticated, bad_resource,
+	// misconfigured, fence_closed, fence_unavailable, canceled,
+	// backend_error, backend_timeout.
+	Code string `json:"code"`
+	// Error is the error's text, for people.
+	Error string `json:"error"`
+	// Resource is the resource the request mapped to, if known.
+	Resource string `json:"resource,omitempty"`
+	// Presented is the epoch the request's token carried, when the token
+	// was authentic.
+	Presented *epoch.Epoch `json:"presented,omitempty"`
+	// Highest is the highest epoch the fence had accepted for Resource when
+	// the request was refused, if known.
+	Highest *epoch.Epoch `json:"highest,omitempty"`
+}
+
+// Status returns the HTTP status code and Refusal code for an error from a
+// Guard or a fence:
+//
+//   - 409 Conflict: ErrStale, ErrConflict (the epoch lost to a newer or
+//     conflicting one; retrying with the same token cannot succeed);
+//   - 401 Unauthorized: a missing, malformed or unsigned token;
+//   - 403 Forbidden: a badly signed (forged) token, or one of another
+//     cluster;
+//   - 400 Bad Request: a bad resource name;
+//   - 500: ErrNoFence, ErrBadConfig (checked first);
+//   - 503: a closed or failing fence, a cancelled request.
+func Status(err error) (int, string) {
+	switch {
+	case err == nil:
+		return http.StatusOK, ""
+	case errors.Is(err, ErrNoFence), errors.Is(err, ErrBadConfig):
+		return http.StatusInternalServerError, "misconfigured"
+	case errors.Is(err, ErrStale):
+		return http.StatusConflict, "stale_epoch"
+	case errors.Is(err, ErrConflict):
+		return http.StatusConflict, "conflicting_epoch"
+	case errors.Is(err, ErrForeignCluster):
+		return http.StatusForbidden, "foreign_cluster"
+	case errors.Is(err, epoch.ErrBadSignature):
+		return http.StatusForbidden, "bad_signature"
+	case errors.Is(err, epoch.ErrUnsigned):
+		return http.StatusUnauthorized, "unsigned_token"
+	case errors.Is(err, errNoToken):
+		return http.StatusUnauthorized, "missing_token"
+	case errors.Is(err, ErrUnauthenticated):
+		return http.StatusUnauthorized, "unauthenticated"
+	case errors.Is(err, epoch.ErrMalformed):
+		return http.StatusUnauthorized, "malformed_token"
+	case errors.Is(err, ErrBadResource):
+		return http.StatusBadRequest, "bad_resource"
+	case errors.Is(err, ErrClosed):
+		return http.StatusServiceUnavailable, "fence_closed"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, "canceled"
+	}
+	return http.StatusServiceUnavailable, "fence_unavailable"
+}
+
+// tokenFrom returns the request's one token. Several Fencing-Token headers
+// (or values) are refused: a proxy and a backend could read different ones.
+func tokenFrom(r *http.Request) (string, error) {
+	vals := r.Header.Values(epoch.Header)
+	switch len(vals) {
+	case 0:
+		return "", fmt.Errorf("%w: %w", ErrUnauthenticated, errNoToken)
+	case 1:
+		if vals[0] == "" {
+			return "", fmt.Errorf("%w: %w", ErrUnauthenticated, errNoToken)
+		}
+		if len(vals[0]) > epoch.MaxTokenLen {
+			return "", fmt.Errorf("storageguard: %w: %s header is %d bytes, more than %d", epoch.ErrMalformed, epoch.Header, len(vals[0]), epoch.MaxTokenLen)
+		}
+		return vals[0], nil
+	}
+	return "", fmt.Errorf("storageguard: %w: %d %s headers, want one", epoch.ErrMalformed, len(vals), epoch.Header)
+}
+
+// errNoToken marks a request without a token; it is wrapped together with
+// ErrUnauthenticated.
+var errNoToken = errors.New("no " + epoch.Header + " header")
+
+// refuse writes the JSON Refusal for err. It reads the resource's highest
+// epoch for the body unless the error carries it or the resource is unknown.
+func refuse(w http.ResponseWriter, r *http.Request, g *Guard, resource string, err error) {
+	status, code := Status(err)
+	body := Refusal{Code: code, Error: err.Error(), Resource: resource}
+	var se *StaleError
+	var ce *ConflictError
+	var fe *ForeignError
+	switch {
+	case errors.As(err, &se):
+		body.Presented, body.Highest = &se.Presented, &se.Highest
+	case errors.As(err, &ce):
+		body.Presented, body.Highest = &ce.Presented, &ce.Highest
+	case errors.As(err, &fe):
+		body.Presented = &fe.Presented
+	}
+	if body.Highest == nil && resource != "" && status != http.StatusInternalServerError && status != http.StatusBadRequest {
+		if h, herr := g.Highest(r.Context(), resource); herr == nil && !h.IsZero() {
+			body.Highest = &h
+		}
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", epoch.Header)
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, body Refusal) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// proxy is the handler NewProxy returns.
+type proxy struct {
+	guard         *Guard
+	rp            *httputil.ReverseProxy
+	resource      func(*http.Request) string
+	timeout       time.Duration
+	unfencedReads bool
+	err           error // non-nil: every request gets 500 with it
+}
+
+// NewProxy returns a fencing proxy: an http.Handler that forwards requests
+// to target only under an epoch the Guard admitted, for a resource that
+// cannot check tokens itself (the seed's option 2). The proxy must be the
+// only path to the resource: a request that goes around it is unfenced.
+//
+// Each request must carry exactly one token in the Fencing-Token header
+// (epoch.Header). The proxy maps the request to a resource
+// (ProxyConfig.Resource), and forwards it from inside Guard.Do's write, so
+// the proxy is the serialization point: a request admitted under an older
+// epoch completes (its response copied to the client in full) or is cut off
+// at ProxyConfig.Timeout before any request under a newer epoch is
+// forwarded, and from then on the older epoch is refused. Requests under the
+// same epoch are forwarded concurrently.
+//
+// Requests it does not forward get a JSON Refusal body and the status of
+// Status: 409 for a stale or conflicting epoch, 401 for a missing, malformed,
+// unsigned or duplicated token, 403 for a forged token or one of another
+// cluster, 400 for a bad resource name. A backend that fails gets 502, one
+// that does not answer within the timeout 504; if it fails after the
+// response header was sent, the client connection is aborted.
+//
+// NewProxy never panics: a nil Guard, a nil or relative target or an invalid
+// cfg gives a handler that answers every request with 500 and forwards
+// nothing.
+func NewProxy(g *Guard, target *url.URL, cfg ProxyConfig) http.Handler {
+	p := &proxy{guard: g, resource: cfg.Resource, timeout: cfg.Timeout, unfencedReads: cfg.UnfencedReads}
+	if p.timeout == 0 {
+		p.timeout = DefaultProxyTimeout
+	}
+	switch {
+	case cfg.Validate() != nil:
+		p.err = cfg.Validate()
+		return p
+	case g == nil:
+		p.err = ErrNoFence
+		return p
+	case target == nil || target.Scheme == "" || target.Host == "":
+		p.err = fmt.Errorf("%w: proxy target %v is not an absolute URL", ErrBadConfig, target)
+		return p
+	}
+	if p.resource == nil {
+		name := (&url.URL{Scheme: target.Scheme, Host: target.Host, Path: target.Path}).String()
+		if err := ValidateResource(name); err != nil {
+			p.err = fmt.Errorf("%w: default resource name: %w", ErrBadConfig, err)
+			return p
+		}
+		p.resource = func(*http.Request) string { return name }
+	}
+	tr := cfg.Transport
+	if tr == nil {
+		tr = newTransport()
+	}
+	target = cloneURL(target)
+	forwardToken := cfg.ForwardToken
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+			if !forwardToken {
+				pr.Out.Header.Del(epoch.Header)
+			}
+		},
+		Transport:    tr,
+		ErrorLog:     cfg.ErrorLog,
+		ErrorHandler: p.backendError,
+	}
+	return p
+}
+
+func cloneURL(u *url.URL) *url.URL {
+	c := *u
+	if u.User != nil {
+		uc := *u.User
+		c.User = &uc
+	}
+	return &c
+}
+
+// newTransport is the default backend transport: http.DefaultTransport's
+// settings, without proxy environment variables, with enough idle
+// connections per host for many concurrent clients.
+func newTransport() *http.Transport {
+	return &http.Transport{
+		DialContext: (&net.Dialer{
+			Timeout:   30 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          512,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 1 * time.Second,
+	}
+}
+
+// fwdKey carries a forwarded request's resource into the error handler.
+type fwdKey struct{}
+
+// backendError answers a request the backend failed: 504 when the proxy's
+// timeout expired, 502 otherwise.
+func (p *proxy) backendError(w http.ResponseWriter, r *http.Request, err error) {
+	status, code := http.StatusBadGateway, "backend_error"
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+		status, code = http.StatusGatewayTimeout, "backend_timeout"
+	}
+	resource, _ := r.Context().Value(fwdKey{}).(string)
+	body := Refusal{Code: code, Error: "storageguard: proxy: backend: " + err.Error(), Resource: resource}
+	if ep, ok := EpochFrom(r.Context()); ok {
+		body.Presented = &ep
+	}
+	writeJSON(w, status, body)
+}
+
+// forward sends r to the backend under ctx, bounded by the proxy's timeout,
+// and returns once the response has been copied to w in full (or the copy
+// failed). A panic from the reverse proxy (http.ErrAbortHandler for a body
+// cut off mid-copy) is recovered and returned, so that the caller can
+// re-raise it after the fence's Do has returned.
+func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, resource string) (panicked any) {
+	ctx, cancel := context.WithTimeout(context.WithValue(ctx, fwdKey{}, resource), p.timeout)
+	defer cancel()
+	defer func() { panicked = recover() }()
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	return nil
+}
+
+// errAborted is what the write returns when forwarding panicked.
+var errAborted = errors.New("storageguard: proxy: forwarding aborted")
+
+func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.err != nil {
+		refuse(w, r, p.guard, "", p.err)
+		return
+	}
+	token, err := tokenFrom(r)
+	if errors.Is(err, errNoToken) && p.unfencedReads && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		if pv := p.forward(r.Context(), w, r, ""); pv != nil {
+			panic(pv)
+		}
+		return
+	}
+	resource := p.resource(r)
+	if err == nil {
+		err = ValidateResource(resource)
+	}
+	if err != nil {
+		refuse(w, r, p.guard, validResource(resource), err)
+		return
+	}
+	var ran bool
+	var panicked any
+	err = p.guard.Do(r.Context(), resource, token, func(ctx context.Context, ep epoch.Epoch) error {
+		ran = true
+		if panicked = p.forward(withEpoch(ctx, ep), w, r, resource); panicked != nil {
+			return errAborted
+		}
+		return nil
+	})
+	if panicked != nil {
+		panic(panicked)
+	}
+	if ran {
+		// The response, or the backend's failure, is already written.
+		return
+	}
+	refuse(w, r, p.guard, resource, err)
+}
+
+// validResource returns resource if it is a valid name, else "" (a refusal
+// does not echo a bad name back).
+func validResource(resource string) string {
+	if ValidateResource(resource) != nil {
+		return ""
+	}
+	return resource
+}
