@@ -1,0 +1,397 @@
+package storageguard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/termfence/termfence/epoch"
+)
+
+// Dialect selects the SQL spoken by an SQL fence.
+type Dialect int
+
+const (
+	// SQLite is SQLite 3.24 or later (for example modernc.org/sqlite, driver
+	// name "sqlite"). SQLite allows one writer per database, so every Tx and
+	// Do on it takes the database's write lock: same-epoch writers run one
+	// at a time. Open the database with a busy timeout (for modernc:
+	// "file.db?_pragma=busy_timeout(5000)"); an in-memory database must be
+	// shared by all connections of the pool.
+	SQLite Dialect = iota + 1
+	// Postgres is PostgreSQL 9.5 or later (for example
+	// github.com/jackc/pgx/v5/stdlib, driver name "pgx"). Same-epoch
+	// transactions hold the fence row FOR SHARE and run concurrently; a
+	// raise holds it FOR UPDATE, so it waits for them.
+	Postgres
+)
+
+func (d Dialect) String() string {
+	switch d {
+	case SQLite:
+		return "sqlite"
+	case Postgres:
+		return "postgres"
+	}
+	return fmt.Sprintf("Dialect(%d)", int(d))
+}
+
+// ErrBadDialect is returned by OpenSQL for a Dialect it does not know.
+var ErrBadDialect = errors.New("storageguard: unknown SQL dialect")
+
+// sqlMaxAttempts bounds the retries of a transaction that failed with a
+// serialization failure, a deadlock or SQLITE_BUSY.
+const sqlMaxAttempts = 10
+
+// SQL is a durable Fence in a table of an SQL database, and the way to make
+// the check part of the transaction that writes: Tx runs a function in the
+// same transaction that checks (and, if newer, raises) the epoch, so the
+// write commits only if the epoch is still the highest — the seed's
+// "UPDATE … WHERE fence <= :token", made general.
+//
+// The table is termfence_fence(resource BYTEA/BLOB PRIMARY KEY, cluster
+// TEXT, term BIGINT, leader TEXT), created if missing (the resource name is
+// stored as bytes, so any name works); on PostgreSQL it lives in
+// the first schema of the connection's search_path. Terms are stored as
+// BIGINT, so an epoch whose term exceeds 2^63-1 is refused (an error
+// wrapping epoch.ErrMalformed).
+//
+// Several processes may share one database: the database's locks make the
+// check and the write one step for all of them.
+type SQL struct {
+	db     *sql.DB
+	d      Dialect
+	closed atomic.Bool
+
+	qInsert, qLock, qSelectShared, qSelectUpdate, qSelectPlain, qUpdate, qCreate string
+}
+
+var _ Fence = (*SQL)(nil)
+
+// OpenSQL returns a fence over db, creating its table if missing. The
+// caller keeps ownership of db: Close does not close it.
+func OpenSQL(ctx context.Context, db *sql.DB, d Dialect) (*SQL, error) {
+	if db == nil {
+		return nil, errors.New("storageguard: OpenSQL: nil *sql.DB")
+	}
+	s := &SQL{db: db, d: d}
+	const cols = "cluster, term, leader FROM termfence_fence WHERE resource = "
+	switch d {
+	case SQLite:
+		s.qInsert = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES (?, ?, ?, ?) ON CONFLICT (resource) DO NOTHING"
+		s.qSelectPlain = "SELECT " + cols + "?"
+		s.qSelectShared, s.qSelectUpdate = s.qSelectPlain, s.qSelectPlain
+		s.qUpdate = "UPDATE termfence_fence SET cluster = ?, term = ?, leader = ? WHERE resource = ?"
+		// A write statement that matches no row (terms are > 0): it takes
+		// SQLite's write lock and changes nothing.
+		s.qLock = "UPDATE termfence_fence SET term = term WHERE resource = ? AND term < 0"
+		s.qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BLOB PRIMARY KEY, cluster TEXT NOT NULL, term INTEGER NOT NULL, leader TEXT NOT NULL)"
+	case Postgres:
+		s.qInsert = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES ($1, $2, $3, $4) ON CONFLICT (resource) DO NOTHING"
+		s.qSelectPlain = "SELECT " + cols + "$1"
+		s.qSelectShared = s.qSelectPlain + " FOR SHARE"
+		s.qSelectUpdate = s.qSelectPlain + " FOR UPDATE"
+		s.qUpdate = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
+		s.qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BYTEA PRIMARY KEY, cluster TEXT NOT NULL, term BIGINT NOT NULL, leader TEXT NOT NULL)"
+	default:
+		return nil, fmt.Errorf("%w: %d", ErrBadDialect, int(d))
+	}
+	err := s.retry(ctx, func() error {
+		_, err := db.ExecContext(ctx, s.qCreate)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storageguard: create fence table (%s): %w", d, err)
+	}
+	return s, nil
+}
+
+// errNeedRaise: the shared attempt found ep newer than the highest; the
+// caller raises under the exclusive lock and tries again.
+var errNeedRaise = errors.New("storageguard: raise needed")
+
+// sqlMode is how an attempt locks the fence row.
+type sqlMode int
+
+const (
+	// shared: lock the row FOR SHARE (PostgreSQL), refuse or ask for a
+	// raise; no raise happens in this mode on PostgreSQL.
+	shared sqlMode = iota
+	// exclusive: create the row if missing, lock it FOR UPDATE, raise.
+	exclusive
+)
+
+// attempt runs one transaction: lock and read the fence row, decide, raise
+// if allowed, run fn, commit. On SQLite every attempt starts with a write
+// (the INSERT … DO NOTHING) so that it holds the database's write lock from
+// its first statement: the lock that makes an epoch change wait.
+func (s *SQL) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode sqlMode, raiseInTx bool, fn func(*sql.Tx) error) (err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// Also on a panic in fn: never leave the row locked.
+			tx.Rollback()
+		}
+	}()
+	key := []byte(resource)
+	switch {
+	case mode == exclusive || (s.d == SQLite && raiseInTx):
+		// The first epoch of a resource is always a raise (Decide on a zero
+		// highest): inserting it is that raise, committed with the rest.
+		if _, err := tx.ExecContext(ctx, s.qInsert, key, ep.Cluster, int64(ep.Term), ep.Leader); err != nil {
+			return err
+		}
+	case s.d == SQLite:
+		// Take the write lock without changing anything: a raise must not
+		// commit with (or roll back with) a write that is not in tx.
+		if _, err := tx.ExecContext(ctx, s.qLock, key); err != nil {
+			return err
+		}
+	}
+	q := s.qSelectShared
+	if mode == exclusive {
+		q = s.qSelectUpdate
+	}
+	var h epoch.Epoch
+	var term int64
+	switch err := tx.QueryRowContext(ctx, q, key).Scan(&h.Cluster, &term, &h.Leader); {
+	case errors.Is(err, sql.ErrNoRows):
+		h = epoch.Epoch{}
+	case err != nil:
+		return err
+	default:
+		h.Term = uint64(term)
+	}
+	d, err := Decide(resource, h, ep)
+	if err != nil {
+		return err
+	}
+	if d.Raise {
+		if !raiseInTx && !(mode == exclusive && fn == nil) {
+			return errNeedRaise
+		}
+		if mode == shared && s.d == Postgres {
+			// Never upgrade FOR SHARE to FOR UPDATE in one transaction: two
+			// raisers doing so deadlock. Start over exclusively.
+			return errNeedRaise
+		}
+		if _, err := tx.ExecContext(ctx, s.qUpdate, ep.Cluster, int64(ep.Term), ep.Leader, key); err != nil {
+			return err
+		}
+	}
+	if fn != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+	}
+	committed = true
+	return tx.Commit()
+}
+
+// run drives attempts: it switches to the exclusive mode when a raise is
+// needed, raises in a transaction of its own first when raiseInTx is false,
+// and retries serialization failures with backoff.
+func (s *SQL) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInTx bool, fn func(*sql.Tx) error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if _, err := Decide(resource, epoch.Epoch{}, ep); err != nil {
+		return err
+	}
+	if ep.Term > math.MaxInt64 {
+		return fmt.Errorf("storageguard: %w: term %d does not fit the SQL fence's BIGINT", epoch.ErrMalformed, ep.Term)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	mode := shared
+	for attempts := 0; ; {
+		var err error
+		if mode == exclusive && !raiseInTx {
+			// Commit the raise alone, so it is durable before fn runs.
+			err = s.attempt(ctx, resource, ep, exclusive, false, nil)
+			if err == nil {
+				mode = shared
+				continue
+			}
+		} else {
+			err = s.attempt(ctx, resource, ep, mode, raiseInTx, fn)
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, errNeedRaise):
+			mode = exclusive
+			continue
+		case retryable(err):
+			attempts++
+			if attempts >= sqlMaxAttempts {
+				return fmt.Errorf("storageguard: SQL fence gave up after %d attempts: %w", attempts, err)
+			}
+			if err := backoff(ctx, attempts); err != nil {
+				return err
+			}
+			continue
+		}
+		return err
+	}
+}
+
+// retry runs op, retrying transient failures.
+func (s *SQL) retry(ctx context.Context, op func() error) error {
+	for attempts := 1; ; attempts++ {
+		err := op()
+		if err == nil || !retryable(err) || attempts >= sqlMaxAttempts {
+			return err
+		}
+		if err := backoff(ctx, attempts); err != nil {
+			return err
+		}
+	}
+}
+
+func backoff(ctx context.Context, attempt int) error {
+	d := time.Millisecond << min(attempt, 7) // up to 128 ms
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retryable reports a serialization failure or deadlock (PostgreSQL
+// SQLSTATE 40001, 40P01) or a busy or locked database (SQLite result codes
+// 5 and 6, with their extended codes). The drivers are recognised by their
+// error methods, so this package imports neither.
+func retryable(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		switch st.SQLState() {
+		case "40001", "40P01":
+			return true
+		}
+	}
+	var c interface{ Code() int }
+	if errors.As(err, &c) {
+		switch c.Code() & 0xff {
+		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED
+			return true
+		}
+	}
+	return false
+}
+
+// Tx runs fn in one transaction with the check of ep for resource and, if
+// ep is newer than the highest, its raise. If fn returns an error, or the
+// commit fails, the transaction rolls back, raise included: nothing was
+// written under ep, so nothing needs fencing. fn may run more than once: a
+// transaction that fails with a serialization failure, a deadlock or a
+// busy database is retried (a bounded number of times, with backoff), so fn
+// must have no effects outside tx. Refusals (ErrStale, ErrConflict,
+// ErrForeignCluster, …) are returned without calling fn.
+//
+// On PostgreSQL a transaction under the current epoch holds the fence row
+// FOR SHARE: such transactions run concurrently, and a raise (FOR UPDATE)
+// waits for all of them; afterwards they are refused. The isolation level
+// is the database's default; READ COMMITTED (PostgreSQL's default) makes a
+// transaction waiting behind a raise see the raised row and be refused,
+// stricter levels fail it with a serialization error, which is retried.
+func (s *SQL) Tx(ctx context.Context, resource string, ep epoch.Epoch, fn func(*sql.Tx) error) error {
+	if fn == nil {
+		return errors.New("storageguard: Tx: nil fn")
+	}
+	return s.run(ctx, resource, ep, true, fn)
+}
+
+// Do implements Fence.Do. A raise is committed in a transaction of its own
+// first, so it is durable before write runs; write then runs while a second
+// transaction holds the fence row's lock (FOR SHARE on PostgreSQL, the
+// database write lock on SQLite), so no newer epoch is admitted until write
+// returns. write gets ctx, not the transaction: to write to the same
+// database in the same transaction as the check, use Tx. write runs at most
+// once, and Do then returns write's error.
+func (s *SQL) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
+	if write == nil {
+		return s.Admit(ctx, resource, ep)
+	}
+	ran := false
+	var werr error
+	err := s.run(ctx, resource, ep, false, func(*sql.Tx) error {
+		if ran {
+			// A retried attempt: write already ran under the lock; do not
+			// run it twice.
+			return nil
+		}
+		ran = true
+		werr = write(ctx)
+		return werr
+	})
+	if ran {
+		// write ran while the fence row was locked under ep: its result is
+		// the result, even if ending the (otherwise empty) transaction
+		// failed afterwards.
+		return werr
+	}
+	return err
+}
+
+// Admit implements Fence.Admit.
+func (s *SQL) Admit(ctx context.Context, resource string, ep epoch.Epoch) error {
+	return s.run(ctx, resource, ep, false, nil)
+}
+
+// Check implements Fence.Check.
+func (s *SQL) Check(ctx context.Context, resource string, ep epoch.Epoch) error {
+	h, err := s.Highest(ctx, resource)
+	if err != nil {
+		return err
+	}
+	_, err = Decide(resource, h, ep)
+	return err
+}
+
+// Highest implements Fence.Highest.
+func (s *SQL) Highest(ctx context.Context, resource string) (epoch.Epoch, error) {
+	if s.closed.Load() {
+		return epoch.Epoch{}, ErrClosed
+	}
+	if err := ValidateResource(resource); err != nil {
+		return epoch.Epoch{}, err
+	}
+	var h epoch.Epoch
+	var term int64
+	err := s.retry(ctx, func() error {
+		return s.db.QueryRowContext(ctx, s.qSelectPlain, []byte(resource)).Scan(&h.Cluster, &term, &h.Leader)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return epoch.Epoch{}, nil
+	}
+	if err != nil {
+		return epoch.Epoch{}, fmt.Errorf("storageguard: read fence row: %w", err)
+	}
+	h.Term = uint64(term)
+	return h, nil
+}
+
+// Close marks the fence closed; it does not close the *sql.DB, which the
+// caller owns. Transactions in progress finish.
+func (s *SQL) Close() error {
+	s.closed.Store(true)
+	return nil
+}
