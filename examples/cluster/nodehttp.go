@@ -72,14 +72,27 @@ func (n *node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// notLeaderBody is the 503 answer of a node that does not hold an epoch:
+// {"error":"not leader","leader":"id","leader_http":"addr"}, the leader
+// fields empty when no leader is known.
+type notLeaderBody struct {
+	Error      string `json:"error"`
+	Leader     string `json:"leader"`
+	LeaderHTTP string `json:"leader_http"`
+	Hint       string `json:"hint,omitempty"`
+}
+
 // notLeader answers 503 with the leader to retry at.
 func (n *node) notLeader(w http.ResponseWriter) {
 	id, h := n.leaderInfo()
-	msg := "not leader"
-	if id == "" {
-		msg = "not leader, and no leader is known (an election is under way or this node is cut off); retry"
+	body := notLeaderBody{Error: "not leader", Leader: id, LeaderHTTP: h}
+	switch {
+	case id == "":
+		body.Hint = "no leader is known: an election is under way, this node is cut off, or it has not joined a cluster yet; retry"
+	case h == "":
+		body.Hint = "the leader has not recorded its HTTP address yet; retry"
 	}
-	writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: msg, Code: "not_leader", Leader: id, LeaderHTTP: h})
+	writeJSON(w, http.StatusServiceUnavailable, body)
 }
 
 // handleWrite forwards a write to the store stamped with this node's token —
