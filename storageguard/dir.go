@@ -42,7 +42,7 @@ import (
 // no writer preference, so under unbroken same-epoch traffic from other
 // processes a raise can wait. Dir keeps one open file per resource it has
 // used until Close. A write under the current epoch reads no file but costs
-// three system calls (lock, stat, unlock).
+// three system calls (lock, fstat, unlock).
 type Dir struct {
 	dir     string
 	dirFile *os.File // fsynced after each rename
@@ -128,10 +128,8 @@ type dirEntry struct {
 	// fmu guards f, ino, nshared and the shared flock on f.
 	fmu     sync.Mutex
 	f       *os.File // the fence file as this process last opened it
-	dev     uint64
-	ino     uint64
-	nshared int // this process's writers inside the shared flock
-	// highest is f's content; valid while the path still names f's inode
+	nshared int      // this process's writers inside the shared flock
+	// highest is f's content; valid while f is still linked at the path
 	// (a fence file's content never changes: a raise renames a new file in).
 	highest epoch.Epoch
 }
@@ -154,22 +152,16 @@ func flock(f *os.File, how int) error {
 	}
 }
 
-func statID(fi os.FileInfo) (dev, ino uint64) {
-	st := fi.Sys().(*syscall.Stat_t)
-	return uint64(st.Dev), uint64(st.Ino)
-}
-
-// current reports whether the fence path still names e.f's inode.
+// current reports whether e.f is still the fence file: a raise renames a
+// new file over it, which unlinks the old inode (link count 0). An inode
+// with links is at the fence path: the protocol links a file nowhere else
+// once it is open as e.f. fstat needs no path walk.
 func (e *dirEntry) current() (bool, error) {
-	fi, err := os.Stat(e.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(e.f.Fd()), &st); err != nil {
 		return false, fmt.Errorf("storageguard: stat fence file: %w", err)
 	}
-	dev, ino := statID(fi)
-	return dev == e.dev && ino == e.ino, nil
+	return st.Nlink > 0, nil
 }
 
 // acquireShared joins this process's shared flock on the fence file. It
@@ -216,13 +208,7 @@ func (e *dirEntry) lockExclusive() error {
 			if err != nil {
 				return fmt.Errorf("storageguard: open fence file: %w", err)
 			}
-			fi, err := f.Stat()
-			if err != nil {
-				f.Close()
-				return fmt.Errorf("storageguard: stat fence file: %w", err)
-			}
 			e.f = f
-			e.dev, e.ino = statID(fi)
 			e.highest = epoch.Epoch{}
 			if err := e.read(); err != nil {
 				e.closeFile()
@@ -301,10 +287,6 @@ func (d *Dir) raise(e *dirEntry, ep epoch.Epoch) error {
 	if err := flock(nf, syscall.LOCK_EX); err != nil {
 		return fail(err)
 	}
-	fi, err := nf.Stat()
-	if err != nil {
-		return fail(err)
-	}
 	if err := os.Rename(tmp, e.path); err != nil {
 		return fail(err)
 	}
@@ -318,7 +300,6 @@ func (d *Dir) raise(e *dirEntry, ep epoch.Epoch) error {
 	e.closeFile() // the old inode: releases our exclusive lock on it
 	flock(nf, syscall.LOCK_UN)
 	e.f = nf
-	e.dev, e.ino = statID(fi)
 	e.highest = ep
 	return nil
 }

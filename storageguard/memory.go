@@ -92,11 +92,16 @@ func (e *entry) ensureLoaded(resource string, s store) error {
 // downgrades (release, re-acquire the read side and decide again: a newer
 // raise in between refuses ep, which is what the rule says).
 func (e *entry) do(ctx context.Context, resource string, ep epoch.Epoch, s store, write func(context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		e.mu.RLock()
+		if e.loaded && ep == e.highest {
+			// The hot path. Decide(r, h, h) accepts without a raise for
+			// any admitted (hence valid) h, so skip re-validating.
+			return e.runLocked(ctx, write)
+		}
 		if e.loaded {
 			d, err := Decide(resource, e.highest, ep)
 			if err != nil {
@@ -131,6 +136,9 @@ func (e *entry) do(ctx context.Context, resource string, ep epoch.Epoch, s store
 			// Admit: the raise (or the same-epoch check) is all there is.
 			return nil
 		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 	}
 }
 
@@ -140,9 +148,6 @@ func (e *entry) runLocked(ctx context.Context, write func(context.Context) error
 	defer e.mu.RUnlock()
 	if write == nil {
 		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
 	}
 	return write(ctx)
 }
