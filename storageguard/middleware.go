@@ -40,7 +40,7 @@ var errHandlerPanicked = errors.New("storageguard: middleware: handler panicked"
 // fence's Do gave the write.
 //
 // Requests that are refused never reach the handler; they get the JSON
-// Refusal and status of Status, as with NewProxy. Every request needs a
+// Refusal and status of HTTPStatus, as with NewProxy. Every request needs a
 // token, reads too: route unfenced reads around the middleware.
 //
 // The handler must not call the same fence for the same resource (a raise

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/termfence/termfence/epoch"
@@ -87,7 +88,7 @@ type Refusal struct {
 	Highest *epoch.Epoch `json:"highest,omitempty"`
 }
 
-// Status returns the HTTP status code and Refusal code for an error from a
+// HTTPStatus returns the HTTP status code and Refusal code for an error from a
 // Guard or a fence:
 //
 //   - 409 Conflict: ErrStale, ErrConflict (the epoch lost to a newer or
@@ -98,7 +99,7 @@ type Refusal struct {
 //   - 400 Bad Request: a bad resource name;
 //   - 500: ErrNoFence, ErrBadConfig (checked first);
 //   - 503: a closed or failing fence, a cancelled request.
-func Status(err error) (int, string) {
+func HTTPStatus(err error) (int, string) {
 	switch {
 	case err == nil:
 		return http.StatusOK, ""
@@ -156,7 +157,7 @@ var errNoToken = errors.New("no " + epoch.Header + " header")
 // refuse writes the JSON Refusal for err. It reads the resource's highest
 // epoch for the body unless the error carries it or the resource is unknown.
 func refuse(w http.ResponseWriter, r *http.Request, g *Guard, resource string, err error) {
-	status, code := Status(err)
+	status, code := HTTPStatus(err)
 	body := Refusal{Code: code, Error: err.Error(), Resource: resource}
 	var se *StaleError
 	var ce *ConflictError
@@ -214,11 +215,13 @@ type proxy struct {
 // same epoch are forwarded concurrently.
 //
 // Requests it does not forward get a JSON Refusal body and the status of
-// Status: 409 for a stale or conflicting epoch, 401 for a missing, malformed,
+// HTTPStatus: 409 for a stale or conflicting epoch, 401 for a missing, malformed,
 // unsigned or duplicated token, 403 for a forged token or one of another
 // cluster, 400 for a bad resource name. A backend that fails gets 502, one
 // that does not answer within the timeout 504; if it fails after the
-// response header was sent, the client connection is aborted.
+// response header was sent, the client connection is aborted. A protocol
+// upgrade (WebSocket) is forwarded like any request and holds its epoch until
+// the upgraded connection closes or is cut off at the timeout.
 //
 // NewProxy never panics: a nil Guard, a nil or relative target or an invalid
 // cfg gives a handler that answers every request with 500 and forwards
@@ -259,11 +262,13 @@ func NewProxy(g *Guard, target *url.URL, cfg ProxyConfig) http.Handler {
 			pr.SetXForwarded()
 			if !forwardToken {
 				pr.Out.Header.Del(epoch.Header)
+				delete(pr.Out.Trailer, epoch.Header)
 			}
 		},
 		Transport:    tr,
 		ErrorLog:     cfg.ErrorLog,
 		ErrorHandler: p.backendError,
+		BufferPool:   copyBuffers{},
 	}
 	return p
 }
@@ -294,6 +299,15 @@ func newTransport() *http.Transport {
 		ExpectContinueTimeout: 1 * time.Second,
 	}
 }
+
+// copyBuffers recycles the buffers the reverse proxy copies response bodies
+// through; without it each request allocates (and clears) 32 KiB.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
 // fwdKey carries a forwarded request's resource into the error handler.
 type fwdKey struct{}
