@@ -49,7 +49,8 @@ type ProxyConfig struct {
 	// Transport sends requests to the backend. Nil: a transport of the
 	// proxy's own that keeps up to 256 idle connections to the backend (so
 	// hundreds of concurrent clients reuse connections), ignores proxy
-	// environment variables and closes idle connections after 90 s. Pass
+	// environment variables, never adds compression of its own and closes
+	// idle connections after 90 s. Pass
 	// your own to control its lifetime (CloseIdleConnections) or its TLS.
 	Transport http.RoundTripper
 	// ErrorLog receives errors the proxy cannot report to the client (a
@@ -292,6 +293,7 @@ func newTransport() *http.Transport {
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
 		ForceAttemptHTTP2:     true,
+		DisableCompression:    true, // pass bodies through as the backend sent them
 		MaxIdleConns:          512,
 		MaxIdleConnsPerHost:   256,
 		IdleConnTimeout:       90 * time.Second,
