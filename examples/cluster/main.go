@@ -1,16 +1,3 @@
-// Command cluster is termfence's runnable example: a three-node Raft cluster
-// whose leaders carry their term as a fencing token, and a store outside the
-// consensus group that refuses any token older than the newest it has seen.
-//
-// Usage:
-//
-//	cluster [-unfenced]      the demo: the seed's paused-leader scenario on a
-//	                         real three-node cluster in one process
-//	cluster node  [flags]    one Raft node per process
-//	cluster store [flags]    the fenced store
-//
-// See README.md for copy-paste commands and the contract in the project notes
-// (cluster-cli.md) for every flag and endpoint.
 package main
 
 import (

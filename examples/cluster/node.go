@@ -338,10 +338,6 @@ func (n *node) writeLoop(ctx context.Context) {
 	}
 }
 
-// errRefused is what leadWrites returns when the store refused this node's
-// epoch: a newer leader has written, so this one must stop.
-var errRefused = errors.New("store refused this node's epoch")
-
 // leadWrites writes under one epoch. The token is signed once, when the
 // epoch is taken, like the seed's lock holder with its token.
 //
@@ -358,6 +354,9 @@ var errRefused = errors.New("store refused this node's epoch")
 // refusal (409) ends the writer at once; a leader that lost its epoch
 // without a successor writing yet gets its last write accepted, which is
 // correct — the store has seen no newer epoch.
+//
+// It returns nil in every case, so election.Lead never resigns on its
+// behalf: a refusal stops the writer until this node's next epoch.
 func (n *node) leadWrites(ctx, lctx context.Context, ep epoch.Epoch) error {
 	tok, err := n.cfg.codec.Sign(ep)
 	if err != nil {
@@ -385,12 +384,15 @@ func (n *node) leadWrites(ctx, lctx context.Context, ep epoch.Epoch) error {
 			n.log.Debug("write accepted", "epoch", ep.String(), "value", value)
 		case a.Refused():
 			n.metrics.writesRefused.Inc()
-			n.log.Warn("write REFUSED by the store: a newer leader exists; stopping writes under this epoch",
+			// A 409 means the store has seen a newer epoch: a newer leader
+			// exists, and Raft is telling this node (or soon will). Stop
+			// writing under this epoch but do not resign: if the store
+			// remembers terms from an earlier incarnation of the cluster,
+			// every leader would be refused, and resigning would only make
+			// leadership cycle. 401/403 is misconfiguration (the key).
+			n.log.Warn("write REFUSED by the store: stopping writes under this epoch",
 				"epoch", ep.String(), "status", a.Status, "reason", a.Reason())
-			if a.Status == http.StatusConflict {
-				return fmt.Errorf("%w: %s", errRefused, a.Reason())
-			}
-			return nil // not authentic: misconfiguration, resigning would not help
+			return nil
 		default:
 			n.metrics.writeErrors.Inc()
 			n.log.Warn("write failed at the store", "epoch", ep.String(), "status", a.Status, "reason", a.Reason())

@@ -193,7 +193,7 @@ func (s *recordStore) count(rec *capture) {
 		}
 	case http.StatusConflict, http.StatusUnauthorized, http.StatusForbidden:
 		s.refused++
-		var ref storageguard.Refusal
+		var ref refusal
 		key := "unauthenticated"
 		if json.Unmarshal(rec.body.Bytes(), &ref) == nil && ref.Presented != nil {
 			key = ref.Presented.String()
@@ -227,11 +227,46 @@ func (c *capture) Write(b []byte) (int, error) {
 	return c.ResponseWriter.Write(b)
 }
 
-// refuse answers a refused write with storageguard's status and Refusal
-// body, the same as the guard's Middleware does.
+// refusal is the JSON body of a refused write: the same fields as
+// storageguard's Middleware writes (so both backends answer alike).
+type refusal struct {
+	Code      string       `json:"code"`
+	Error     string       `json:"error"`
+	Resource  string       `json:"resource,omitempty"`
+	Presented *epoch.Epoch `json:"presented,omitempty"`
+	Highest   *epoch.Epoch `json:"highest,omitempty"`
+}
+
+// refusalStatus maps a Guard or fence error to the contract's status and a
+// machine-readable code: 409 stale or conflicting epoch; 401 missing,
+// malformed or unsigned token; 403 forged signature or another cluster; 400
+// bad resource; 503 anything else (a failing or closed store).
+func refusalStatus(err error) (int, string) {
+	switch {
+	case errors.Is(err, storageguard.ErrStale):
+		return http.StatusConflict, "stale_epoch"
+	case errors.Is(err, storageguard.ErrConflict):
+		return http.StatusConflict, "conflicting_epoch"
+	case errors.Is(err, storageguard.ErrForeignCluster):
+		return http.StatusForbidden, "foreign_cluster"
+	case errors.Is(err, epoch.ErrBadSignature):
+		return http.StatusForbidden, "bad_signature"
+	case errors.Is(err, epoch.ErrUnsigned):
+		return http.StatusUnauthorized, "unsigned_token"
+	case errors.Is(err, storageguard.ErrUnauthenticated):
+		return http.StatusUnauthorized, "unauthenticated"
+	case errors.Is(err, epoch.ErrMalformed):
+		return http.StatusUnauthorized, "malformed_token"
+	case errors.Is(err, storageguard.ErrBadResource):
+		return http.StatusBadRequest, "bad_resource"
+	}
+	return http.StatusServiceUnavailable, "store_unavailable"
+}
+
+// refuseWrite answers a refused or failed write.
 func refuseWrite(w http.ResponseWriter, resource string, err error) {
-	status, code := storageguard.Status(err)
-	body := storageguard.Refusal{Code: code, Error: err.Error(), Resource: resource}
+	status, code := refusalStatus(err)
+	body := refusal{Code: code, Error: err.Error(), Resource: resource}
 	var se *storageguard.StaleError
 	var ce *storageguard.ConflictError
 	var fe *storageguard.ForeignError

@@ -230,8 +230,40 @@ func TestParseBootstrap(t *testing.T) {
 	}
 }
 
-func ExampleDefaultResource() {
-	b, _ := json.Marshal(writeRequest{Value: "v0 B"})
-	fmt.Println(string(b), "->", DefaultResource)
-	// Output: {"resource":"","value":"v0 B"} -> register
+// Example_store shows the store refusing a deposed leader: term 3 writes,
+// then a late write under term 2 is refused with both epochs named.
+func Example_store() {
+	dir, _ := os.MkdirTemp("", "example-store-*")
+	defer os.RemoveAll(dir)
+	codec, _ := epoch.NewHMAC([]byte("an example key of at least 32 bytes"))
+	st, err := openStore(context.Background(), storeConfig{
+		Data: filepath.Join(dir, "store.db"), Cluster: "demo", Verifier: codec,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer st.Close()
+	srv := httptest.NewServer(st.Handler())
+	defer srv.Close()
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for _, e := range []epoch.Epoch{{Cluster: "demo", Term: 3, Leader: "n2"}, {Cluster: "demo", Term: 2, Leader: "n1"}} {
+		tok, _ := codec.Sign(e)
+		status, reply, err := post(hc, srv.URL+"/write", `{"value":"from `+e.Leader+`"}`, epoch.Header, tok)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		var r struct {
+			OK        bool   `json:"ok"`
+			Presented string `json:"presented"`
+			Highest   string `json:"highest"`
+		}
+		_ = json.Unmarshal([]byte(reply), &r)
+		fmt.Println(strings.TrimSpace(fmt.Sprintln(e, status, r.OK, r.Presented, r.Highest)))
+	}
+	// Output:
+	// demo/3/n2 200 true
+	// demo/2/n1 409 false demo/2/n1 demo/3/n2
 }

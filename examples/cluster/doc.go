@@ -1,0 +1,44 @@
+// Command cluster is termfence's runnable example: a three-node Raft cluster
+// whose leaders carry their Raft term as a fencing token (an epoch), and a
+// store outside the consensus group that refuses any token older than the
+// newest it has seen.
+//
+// Usage:
+//
+//	cluster [-unfenced]      the demo: the seed's paused-leader scenario on a
+//	                         real three-node cluster in one process
+//	cluster node  [flags]    one Raft node per process
+//	cluster store [flags]    the fenced store
+//
+// README.md has copy-paste commands; the shared contract (cluster-cli.md in
+// the project notes) fixes every flag and endpoint.
+//
+// # Guarantees
+//
+//   - A node stamps a write only with an epoch it held (election.Epoch, the
+//     triple read of DESIGN.md I1) when the write was decided; the token is
+//     HMAC-signed with -token-key.
+//   - The store admits a write only through storageguard: the token is
+//     verified (signature, form, cluster) before the fence sees it, and the
+//     fence's check and raise happen in the same step as the record write
+//     (one SQLite transaction with SQL.Tx; inside the Bolt fence's Do with
+//     Middleware). Once it has accepted epoch E for a resource it refuses
+//     every older epoch for it, across restarts and crashes.
+//   - With -tls-cert/-tls-key/-tls-ca, Raft and the node's HTTP API accept
+//     only peers and clients with a certificate from the cluster's CA.
+//
+// # Non-guarantees
+//
+//   - A deposed or paused leader still writes: the -write-every writer makes
+//     one last write with its old token when it learns its epoch is gone (as
+//     a paused process would). Only the store's fence makes that harmless;
+//     with -unfenced it is not.
+//   - Reads are not fenced. The store speaks plain HTTP. Without -token-key
+//     tokens are unsigned and anyone who reaches the store can forge an
+//     epoch (a warning is logged).
+//   - Terms restart at 1 in a new cluster: a store that remembers a wiped
+//     cluster's terms refuses the new one's leaders. Use a new store file or
+//     -cluster name with new node data directories.
+//   - The demo's pause is injected (the writer waits on a channel, the Raft
+//     node is cut off by transport.Faulty); everything else is real.
+package main
