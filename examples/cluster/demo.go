@@ -284,51 +284,77 @@ type aResult struct {
 
 // scenario runs the seed's timeline on the cluster.
 func (d *demo) scenario(ctx context.Context) error {
-	// Who leads first is up to Raft: that node plays A.
-	l, err := d.nodes[0].el.WaitLeader(ctx)
-	if err != nil {
-		return fmt.Errorf("waiting for the first leader: %w", err)
+	// Every node runs Lead. The first epoch any node takes makes it A; once
+	// A's pause has begun, the first other node with a newer epoch is B.
+	// Who plays which is up to Raft.
+	type bWin struct {
+		n  *demoNode
+		ep epoch.Epoch
+		ok bool
 	}
-	a := d.node(l.LeaderID)
-	if a == nil {
-		return fmt.Errorf("leader %q is not one of the demo's nodes", l.LeaderID)
+	var (
+		roleMu  sync.Mutex
+		a       *demoNode
+		epA     epoch.Epoch
+		pausing bool
+		bTaken  bool
+	)
+	paused := make(chan epoch.Epoch, 1)
+	resume := make(chan struct{})
+	aDone := make(chan aResult, 1)
+	bDone := make(chan bWin, 1)
+	leadCtx, stopLead := context.WithCancel(ctx)
+	defer stopLead()
+	var leads sync.WaitGroup
+	for _, n := range d.nodes {
+		leads.Add(1)
+		go func() {
+			defer leads.Done()
+			_ = n.el.Lead(leadCtx, func(_ context.Context, ep epoch.Epoch) error {
+				roleMu.Lock()
+				switch {
+				case a == nil:
+					a, epA = n, ep
+					n.role = "A"
+					roleMu.Unlock()
+					// A's writer takes its token once and then — like the
+					// seed's paused process — freezes between its check
+					// and its write.
+					d.writerA(ctx, n, ep, paused, resume, aDone)
+				case pausing && !bTaken && n != a && ep.Term > epA.Term:
+					bTaken = true
+					n.role = "B"
+					roleMu.Unlock()
+					ok := d.writerB(ctx, n, ep)
+					bDone <- bWin{n, ep, ok}
+				default:
+					roleMu.Unlock()
+				}
+				return nil
+			})
+		}()
 	}
-	a.role = "A"
+
+	select {
+	case <-paused:
+	case <-ctx.Done():
+		return fmt.Errorf("no leader started A's writer: %w", ctx.Err())
+	}
+	roleMu.Lock()
 	var others []*demoNode
 	for _, n := range d.nodes {
 		if n != a {
 			others = append(others, n)
 		}
 	}
-
-	// A's writer: it runs under Lead, takes its token once, and then — like
-	// the seed's paused process — freezes between its check and its write.
-	paused := make(chan epoch.Epoch, 1)
-	resume := make(chan struct{})
-	aDone := make(chan aResult, 1)
-	leadCtx, stopLead := context.WithCancel(ctx)
-	defer stopLead()
-	var leads sync.WaitGroup
-	leads.Add(1)
-	go func() {
-		defer leads.Done()
-		var once sync.Once
-		_ = a.el.Lead(leadCtx, func(_ context.Context, ep epoch.Epoch) error {
-			once.Do(func() { d.writerA(ctx, a, ep, paused, resume, aDone) })
-			return nil
-		})
-	}()
-
-	var epA epoch.Epoch
-	select {
-	case epA = <-paused:
-	case <-ctx.Done():
-		return fmt.Errorf("A never started its writer: %w", ctx.Err())
-	}
+	roleMu.Unlock()
 
 	// The pause: A's writer is already frozen; now its Raft node is cut off.
 	pauseStart := time.Now()
 	a.faulty.Isolate()
+	roleMu.Lock()
+	pausing = true
+	roleMu.Unlock()
 	d.say(a.label(), "stop-the-world pause begins: its writer freezes; its Raft node is cut off (Faulty.Isolate)")
 	// Like the seed's client C, another node asks for an epoch while A's
 	// lease is live: refused.
@@ -343,35 +369,15 @@ func (d *demo) scenario(ctx context.Context) error {
 	}
 	d.say("raft", "%s hears from no quorum within its lease (%v): it steps down; A does not know", a.id, d.hb/2)
 
-	// B: whichever of the others Raft elects next.
-	type bWin struct {
-		n  *demoNode
-		ep epoch.Epoch
-	}
-	bDone := make(chan bWin, 1)
-	for _, n := range others {
-		leads.Add(1)
-		go func() {
-			defer leads.Done()
-			_ = n.el.Lead(leadCtx, func(_ context.Context, ep epoch.Epoch) error {
-				if ep.Term <= epA.Term {
-					return nil
-				}
-				if d.writerB(ctx, n, ep) {
-					select {
-					case bDone <- bWin{n, ep}:
-					default:
-					}
-				}
-				return nil
-			})
-		}()
-	}
+	// B: whichever of the others Raft elects next reads and writes.
 	var b bWin
 	select {
 	case b = <-bDone:
 	case <-ctx.Done():
 		return fmt.Errorf("no new leader wrote: %w", ctx.Err())
+	}
+	if !b.ok {
+		return fmt.Errorf("the new leader %s could not write", b.n.id)
 	}
 
 	// A wakes up.
@@ -446,7 +452,6 @@ func (d *demo) writerA(ctx context.Context, a *demoNode, ep epoch.Epoch, paused 
 // writerB is the new leader's work: read, then write. It reports whether
 // the write was accepted.
 func (d *demo) writerB(ctx context.Context, b *demoNode, ep epoch.Epoch) bool {
-	b.role = "B"
 	tok, err := d.codec.Sign(ep)
 	if err != nil {
 		return false
