@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -18,8 +19,11 @@ import (
 // Resign hands leadership to another voter (raft's leadership transfer: the
 // most up-to-date follower wins term+1 without waiting for a timeout) and
 // waits until this node is no longer leader. On a node that is not leader it
-// does nothing and returns nil. It fails with an error wrapping ErrTransfer
-// if raft could not transfer (for one, when there is no other voter).
+// does nothing and returns nil. With no other voter it fails at once with
+// ErrTransfer. A transfer attempt that fails (raft gives each one
+// ElectionTimeout; a follower that is catching up can miss it) is retried
+// until this node is no longer leader or ctx ends; the error then wraps both
+// ErrTransfer and ctx's error.
 func (e *Election) Resign(ctx context.Context) error {
 	if e.closed.Load() {
 		return ErrClosed
@@ -27,18 +31,16 @@ func (e *Election) Resign(ctx context.Context) error {
 	if e.raft.State() != raft.Leader {
 		return nil
 	}
-	err := e.await(ctx, func() raft.Future { return e.raft.LeadershipTransfer() })
-	if err := e.settled(ctx, err); err != nil {
-		return err
+	if !e.hasOtherVoter() {
+		return fmt.Errorf("%w: no other voter to hand over to", ErrTransfer)
 	}
-	return e.waitNotLeader(ctx)
+	return e.transfer(ctx, func() raft.Future { return e.raft.LeadershipTransfer() })
 }
 
 // TransferTo hands leadership to the voter with this ID, which wins term+1,
 // and waits until this node is no longer leader. It fails with a
-// *NotLeaderError on a node that is not leader, with ErrUnknownServer for an
-// ID that is not another voter, and with an error wrapping ErrTransfer if
-// the transfer did not succeed.
+// *NotLeaderError on a node that is not leader and with ErrUnknownServer for
+// an ID that is not another voter. Failed attempts are retried as in Resign.
 func (e *Election) TransferTo(ctx context.Context, id string) error {
 	if e.closed.Load() {
 		return ErrClosed
@@ -53,29 +55,33 @@ func (e *Election) TransferTo(ctx context.Context, id string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s is not a voter", ErrUnknownServer, id)
 	}
-	err := e.await(ctx, func() raft.Future {
+	return e.transfer(ctx, func() raft.Future {
 		return e.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))
 	})
-	if err := e.settled(ctx, err); err != nil {
-		return err
-	}
-	return e.waitNotLeader(ctx)
 }
 
-// settled maps a leadership transfer's result: nil if it worked or this node
-// stepped down anyway.
-func (e *Election) settled(ctx context.Context, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrClosed), ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return err
-	case e.raft.State() != raft.Leader:
-		return nil // stepped down all the same
-	case errors.Is(err, raft.ErrNotLeader):
-		return e.notLeader()
+// transfer issues leadership transfers until one works or this node is no
+// longer leader, then waits until raft no longer reports it as Leader.
+func (e *Election) transfer(ctx context.Context, issue func() raft.Future) error {
+	for {
+		err := e.await(ctx, issue)
+		switch {
+		case err == nil, e.raft.State() != raft.Leader:
+			return e.waitNotLeader(ctx)
+		case errors.Is(err, ErrClosed), ctx.Err() != nil:
+			return err
+		case errors.Is(err, raft.ErrNotLeader):
+			return e.notLeader()
+		}
+		e.log.Debug("leadership transfer attempt failed, retrying", "error", err)
+		t := time.NewTimer(e.retryInterval())
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: %w (last attempt: %v)", ErrTransfer, ctx.Err(), err)
+		}
 	}
-	return fmt.Errorf("%w: %w", ErrTransfer, err)
 }
 
 // waitNotLeader blocks until raft no longer reports this node as Leader.
@@ -96,17 +102,17 @@ func (e *Election) waitNotLeader(ctx context.Context) error {
 // AddVoter adds (or updates) a voting member with this Raft ID and transport
 // address, waiting until the configuration change is committed. On a node
 // that is not leader it returns a *NotLeaderError naming the leader, so the
-// caller can forward the request there. ErrInvalidServer: id or addr
+// caller can forward the request there. ErrInvalidArgument: id or addr
 // unusable.
 func (e *Election) AddVoter(ctx context.Context, id, addr string) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
 	if err := epoch.ValidateName(id); err != nil {
-		return fmt.Errorf("%w: ID: %v", ErrInvalidServer, err)
+		return fmt.Errorf("%w: ID: %v", ErrInvalidArgument, err)
 	}
 	if addr == "" {
-		return fmt.Errorf("%w: %s has no address", ErrInvalidServer, id)
+		return fmt.Errorf("%w: %s has no address", ErrInvalidArgument, id)
 	}
 	if e.raft.State() != raft.Leader {
 		return e.notLeader()
@@ -126,7 +132,7 @@ func (e *Election) RemoveServer(ctx context.Context, id string) error {
 		return ErrClosed
 	}
 	if err := epoch.ValidateName(id); err != nil {
-		return fmt.Errorf("%w: ID: %v", ErrInvalidServer, err)
+		return fmt.Errorf("%w: ID: %v", ErrInvalidArgument, err)
 	}
 	if e.raft.State() != raft.Leader {
 		return e.notLeader()

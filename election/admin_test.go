@@ -35,8 +35,8 @@ func TestAddVoterRemoveServer(t *testing.T) {
 	if err := follower.el.RemoveServer(ctx, "n4"); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("RemoveServer on a follower: %v, want ErrNotLeader", err)
 	}
-	if err := ld.el.AddVoter(ctx, "bad id", "x"); !errors.Is(err, ErrInvalidServer) {
-		t.Fatalf("AddVoter with a bad ID: %v, want ErrInvalidServer", err)
+	if err := ld.el.AddVoter(ctx, "bad id", "x"); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("AddVoter with a bad ID: %v, want ErrInvalidArgument", err)
 	}
 
 	if err := ld.el.AddVoter(ctx, "n4", "n4"); err != nil {

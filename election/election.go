@@ -14,6 +14,8 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/termfence/termfence/transport"
 )
 
 const (
@@ -136,7 +138,7 @@ func New(cfg Config) (*Election, error) {
 		}
 	}
 
-	r, err := raft.NewRaft(rc, c.FSM, logs, stable, snaps, c.Transport)
+	r, err := raft.NewRaft(rc, c.FSM, logs, stable, snaps, mainLoopOnly{c.Transport})
 	if err != nil {
 		closeStores()
 		return nil, fmt.Errorf("election: starting raft: %w", err)
@@ -288,6 +290,19 @@ func (e *Election) awaitAsync(f raft.Future) <-chan error {
 	}()
 	return done
 }
+
+// mainLoopOnly hands raft the configured transport with its heartbeat fast
+// path switched off whatever the transport is, so that raft changes its term
+// and state only on its main goroutine, which the triple read relies on
+// (DESIGN.md I2, hashicorp/raft#695). The transports of package transport
+// already do this; a raw *raft.NetworkTransport, which also satisfies
+// transport.Transport, would not. Embedding keeps Close and RequestPreVote.
+type mainLoopOnly struct{ transport.Transport }
+
+// SetHeartbeatHandler ignores cb: heartbeats reach raft on Consumer().
+func (mainLoopOnly) SetHeartbeatHandler(func(raft.RPC)) {}
+
+var _ transport.Transport = mainLoopOnly{}
 
 // poke does a non-blocking send on a 1-buffered channel: if it is full a
 // poke is already pending, which is as good.

@@ -35,9 +35,10 @@ var (
 	// voter in the current Raft configuration.
 	ErrUnknownServer = errors.New("election: unknown server")
 
-	// ErrInvalidServer is returned by AddVoter and RemoveServer for an ID
-	// that is not a valid name (epoch.ValidateName) or an empty address.
-	ErrInvalidServer = errors.New("election: invalid server")
+	// ErrInvalidArgument is returned for an unusable argument: an ID that is
+	// not a valid name (epoch.ValidateName) or an empty address given to
+	// AddVoter or RemoveServer, a nil fn given to Lead.
+	ErrInvalidArgument = errors.New("election: invalid argument")
 
 	// ErrTransfer is returned by Resign and TransferTo when Raft could not
 	// hand leadership over (no other voter, the target did not win within

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/termfence/termfence/epoch"
 )
@@ -34,6 +35,9 @@ import (
 func (e *Election) Lead(ctx context.Context, fn func(ctx context.Context, ep epoch.Epoch) error) error {
 	if e.closed.Load() {
 		return ErrClosed
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: Lead needs a non-nil fn", ErrInvalidArgument)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -147,7 +147,7 @@ func TestLeadEndsOnClose(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("Lead after Close: %v, want ErrClosed", err)
 	}
-	if err := ld.el.Lead(context.Background(), nil); !errors.Is(err, ErrClosed) {
+	if err := ld.el.Lead(context.Background(), func(context.Context, epoch.Epoch) error { return nil }); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Lead on a closed Election: %v, want ErrClosed", err)
 	}
 	c.leaderAbove(ep.Term, ld)

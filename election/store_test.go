@@ -124,3 +124,38 @@ func TestSingleNodeResignFails(t *testing.T) {
 		t.Fatalf("Token: %q, %v; want the plain text form %q", tok, err, ep.String())
 	}
 }
+
+// hbRecorder records whether raft installed a heartbeat handler.
+type hbRecorder struct {
+	transport.Transport
+	installed bool
+}
+
+func (h *hbRecorder) SetHeartbeatHandler(func(raft.RPC)) { h.installed = true }
+
+// TestNoHeartbeatFastPath: whatever transport the caller passes (a raw
+// raft.NetworkTransport satisfies transport.Transport too), raft never gets
+// to install its heartbeat fast path (DESIGN.md I2).
+func TestNoHeartbeatFastPath(t *testing.T) {
+	rec := &hbRecorder{Transport: transport.NewInmem("solo")}
+	el, err := New(Config{ID: "solo", Cluster: testCluster, InMemory: true, Transport: rec,
+		Bootstrap: []Server{{"solo", "solo"}}, Logger: newChecker(testCluster).logger("solo")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer el.Close()
+	if rec.installed {
+		t.Fatal("raft installed a heartbeat handler on the transport")
+	}
+}
+
+func TestLeadNilFn(t *testing.T) {
+	el, err := single(t, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer el.Close()
+	if err := el.Lead(context.Background(), nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Lead(nil): %v, want ErrInvalidArgument", err)
+	}
+}
