@@ -89,13 +89,24 @@ type evidence struct {
 func Check(h History, timeout time.Duration) Report {
 	var r Report
 	writers := map[string]int{} // write value -> index in h.Ops
-	epochs := map[candidate]bool{}
+	// seen maps each epoch to when its leader was seen holding it; a
+	// zero-width "always" span marks evidence without a time (a 409's
+	// highest, a read's record).
+	seen := map[candidate]span{}
 	leadersOfTerm := map[uint64]map[string]bool{}
-	noteLeader := func(term uint64, leader string) {
+	noteLeader := func(term uint64, leader string, from, to time.Duration, always bool) {
 		if term == 0 || leader == "" {
 			return
 		}
-		epochs[candidate{term, leader}] = true
+		c := candidate{term, leader}
+		sp, ok := seen[c]
+		switch {
+		case !ok:
+			sp = span{from, to, always}
+		default:
+			sp.from, sp.to, sp.always = min(sp.from, from), max(sp.to, to), sp.always || always
+		}
+		seen[c] = sp
 		if leadersOfTerm[term] == nil {
 			leadersOfTerm[term] = map[string]bool{}
 		}
@@ -112,13 +123,13 @@ func Check(h History, timeout time.Duration) Report {
 		case Acked:
 			writers[op.Value] = i
 			r.Acked++
-			noteLeader(op.Term, op.Leader)
+			noteLeader(op.Term, op.Leader, op.Call, op.Return, false)
 			ev[op.Resource] = append(ev[op.Resource], evidence{op.Return, op.Term})
 		case Refused:
 			writers[op.Value] = i
 			r.RefusedStale++
-			noteLeader(op.Term, op.Leader)
-			noteLeader(op.HighestTerm, op.HighestLeader)
+			noteLeader(op.Term, op.Leader, op.Call, op.Return, false)
+			noteLeader(op.HighestTerm, op.HighestLeader, 0, 0, true)
 			if op.HighestTerm > 0 {
 				ev[op.Resource] = append(ev[op.Resource], evidence{op.Return, op.HighestTerm})
 			}
@@ -126,13 +137,13 @@ func Check(h History, timeout time.Duration) Report {
 			writers[op.Value] = i
 			r.Indeterminate++
 		case ReadValue:
-			noteLeader(op.Term, op.Leader)
+			noteLeader(op.Term, op.Leader, 0, 0, true)
 			readTerm[op.Value] = candidate{op.Term, op.Leader}
 			ev[op.Resource] = append(ev[op.Resource], evidence{op.Return, op.Term})
 		}
 	}
 	for _, c := range h.Claims {
-		noteLeader(c.Term, c.Leader)
+		noteLeader(c.Term, c.Leader, c.At, max(c.Last, c.At), false)
 		if c.Node != c.Leader {
 			r.LeaderConflicts = append(r.LeaderConflicts, fmt.Sprintf("node %s held epoch %d/%s naming another leader", c.Node, c.Term, c.Leader))
 		}
@@ -240,11 +251,13 @@ func Check(h History, timeout time.Duration) Report {
 		switch op.Outcome {
 		case Acked, Refused, ReadValue, ReadMissing:
 		case Indeterminate:
-			ret = end
+			if op.Pending {
+				ret = end
+			}
 			if c, ok := readTerm[op.Value]; ok {
 				in.Candidates = []candidate{c}
 			} else {
-				in.Candidates = candidatesFor(op.Node, epochs)
+				in.Candidates = candidatesFor(op, seen, h.Slack)
 			}
 		default:
 			continue
@@ -257,12 +270,22 @@ func Check(h History, timeout time.Duration) Report {
 	return r
 }
 
-// candidatesFor lists the epochs node was ever seen leading, oldest first:
-// the epochs a write it stamped can have carried.
-func candidatesFor(node string, epochs map[candidate]bool) []candidate {
+// span is when an epoch's leader was seen holding it.
+type span struct {
+	from, to time.Duration
+	always   bool // seen without a time: a candidate for any operation
+}
+
+// candidatesFor lists the epochs op's node was seen leading close enough to
+// op (within slack; any time if slack is 0), oldest first: the epochs the
+// node can have stamped it with.
+func candidatesFor(op Op, seen map[candidate]span, slack time.Duration) []candidate {
 	var out []candidate
-	for c := range epochs {
-		if c.Leader == node {
+	for c, sp := range seen {
+		if c.Leader != op.Node {
+			continue
+		}
+		if slack == 0 || sp.always || (sp.from <= op.Return+slack && sp.to >= op.Call-slack) {
 			out = append(out, c)
 		}
 	}

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -229,5 +230,37 @@ func TestReportVisualize(t *testing.T) {
 	}
 	if err := (Report{}).Visualize(path); err == nil {
 		t.Fatal("empty report visualized")
+	}
+}
+
+// TestCheckSavedHistory re-checks a history.json that a failed run saved:
+// TERMFENCE_CHAOS_HISTORY=failures/chaos-.../history.json.
+func TestCheckSavedHistory(t *testing.T) {
+	path := os.Getenv("TERMFENCE_CHAOS_HISTORY")
+	if path == "" {
+		t.Skip("TERMFENCE_CHAOS_HISTORY names no saved history")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h History
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	timeout := 10 * time.Minute
+	if s := os.Getenv("TERMFENCE_CHAOS_CHECK_TIMEOUT"); s != "" {
+		if timeout, err = time.ParseDuration(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	r := Check(h, timeout)
+	t.Logf("%s (check took %v)", r.Line(0, 0), time.Since(start))
+	for _, s := range r.Details {
+		t.Log(s)
+	}
+	if !r.OK() {
+		t.Errorf("not OK: conflicts %v, contract %v", r.LeaderConflicts, r.ContractBreaks)
 	}
 }

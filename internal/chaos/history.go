@@ -47,6 +47,9 @@ const (
 	NotLeader
 	// Unreachable: the node refused the connection; nothing was sent.
 	Unreachable
+	// StoreDead: the node answered 5xx while no store process existed
+	// for the whole operation; nothing was applied.
+	StoreDead
 	// Indeterminate: timeout, reset or a 5xx other than "not leader": the
 	// write may or may not have been applied, at any later time.
 	Indeterminate
@@ -60,7 +63,7 @@ const (
 
 var outcomeNames = map[Outcome]string{
 	Acked: "acked", Refused: "refused", RefusedAuth: "refused-auth", NotLeader: "not-leader",
-	Unreachable: "unreachable", Indeterminate: "indeterminate", ReadValue: "value",
+	Unreachable: "unreachable", StoreDead: "store-dead", Indeterminate: "indeterminate", ReadValue: "value",
 	ReadMissing: "missing", ReadFailed: "failed",
 }
 
@@ -93,6 +96,10 @@ type Op struct {
 	// 409 body (Refused).
 	HighestTerm   uint64
 	HighestLeader string
+	// Pending marks an Indeterminate write that may still take effect
+	// after Return: no answer came back (the node may still hold it). A
+	// node's 5xx after its store request failed ends the write at Return.
+	Pending bool
 	// Status is the HTTP status, 0 if none.
 	Status int
 	// Detail says why the outcome is what it is (error text, body).
@@ -106,10 +113,11 @@ type Op struct {
 // Claim is one observation of a node that said it led: state Leader and a
 // non-empty epoch in its GET /status.
 type Claim struct {
-	At     time.Duration
-	Node   string // the node that answered
-	Term   uint64 // from its epoch
-	Leader string // from its epoch
+	At     time.Duration // first seen
+	Last   time.Duration // last seen
+	Node   string        // the node that answered
+	Term   uint64        // from its epoch
+	Leader string        // from its epoch
 }
 
 // FinalState is what the store reports for one resource after the run.
@@ -128,6 +136,10 @@ type History struct {
 	// Final maps each resource to the store's state after the run; a
 	// resource missing here was not checked for lost writes.
 	Final map[string]FinalState
+	// Slack bounds how long before its call or after its return a node
+	// can have stamped an indeterminate write: the longest pause plus a
+	// margin. Zero means unbounded: any epoch its node ever held.
+	Slack time.Duration
 }
 
 // Recorder collects a History from concurrent clients.
@@ -136,6 +148,7 @@ type Recorder struct {
 	mu     sync.Mutex
 	ops    []Op
 	claims []Claim
+	seen   map[Claim]int
 }
 
 // NewRecorder returns a recorder whose clock starts now.
@@ -151,19 +164,32 @@ func (r *Recorder) Add(op Op) {
 	r.mu.Unlock()
 }
 
-// Claim records a leadership claim.
+// Claim records a leadership claim seen at c.At, merging repeated
+// sightings of one (node, term, leader) into one claim with a last-seen time.
 func (r *Recorder) Claim(c Claim) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[Claim]int{}
+	}
+	key := Claim{Node: c.Node, Term: c.Term, Leader: c.Leader}
+	if i, ok := r.seen[key]; ok {
+		if c.At > r.claims[i].Last {
+			r.claims[i].Last = c.At
+		}
+		return
+	}
+	c.Last = c.At
+	r.seen[key] = len(r.claims)
 	r.claims = append(r.claims, c)
-	r.mu.Unlock()
 }
 
 // History returns a copy of what was recorded, operations sorted by call
 // time, with final as the post-run state.
-func (r *Recorder) History(final map[string]FinalState) History {
+func (r *Recorder) History(final map[string]FinalState, slack time.Duration) History {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ops := append([]Op(nil), r.ops...)
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
-	return History{Ops: ops, Claims: append([]Claim(nil), r.claims...), Final: final}
+	return History{Ops: ops, Claims: append([]Claim(nil), r.claims...), Final: final, Slack: slack}
 }

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"fmt"
-	"hash/fnv"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -15,6 +14,28 @@ type register struct {
 	Written    bool
 	Value      string
 	ValueTerm  uint64
+}
+
+// hash is FNV-1a over the state's fields.
+func (s register) hash() uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	mix := func(b byte) { h = (h ^ uint64(b)) * prime }
+	for _, str := range [...]string{s.HighLeader, s.Value} {
+		for i := 0; i < len(str); i++ {
+			mix(str[i])
+		}
+		mix(0)
+	}
+	for _, n := range [...]uint64{s.HighTerm, s.ValueTerm} {
+		for i := 0; i < 8; i++ {
+			mix(byte(n >> (8 * i)))
+		}
+	}
+	if s.Written {
+		mix(1)
+	}
+	return h
 }
 
 // candidate is an epoch an indeterminate write may have carried.
@@ -108,12 +129,7 @@ func fencedRegister() porcupine.Model {
 		},
 		Init: func() []interface{} { return []interface{}{register{}} },
 		Step: step,
-		Hash: func(state interface{}) uint64 {
-			s := state.(register)
-			h := fnv.New64a()
-			fmt.Fprintf(h, "%d/%s/%t/%s/%d", s.HighTerm, s.HighLeader, s.Written, s.Value, s.ValueTerm)
-			return h.Sum64()
-		},
+		Hash: func(state interface{}) uint64 { return state.(register).hash() },
 		DescribeOperation: func(in, _ interface{}) string {
 			op := in.(input)
 			switch {

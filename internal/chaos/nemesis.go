@@ -1,0 +1,281 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"syscall"
+	"time"
+)
+
+// faultKind is one kind of fault the nemesis injects.
+type faultKind int
+
+const (
+	pauseLeader faultKind = iota
+	killNode
+	partition
+	resign
+	killStore
+	numFaultKinds
+)
+
+var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store"}
+
+func (k faultKind) String() string { return faultNames[k] }
+
+// faultWeights: pauses are the fault fencing exists for, so they come most.
+var faultWeights = [numFaultKinds]int{pauseLeader: 35, killNode: 20, partition: 20, resign: 10, killStore: 15}
+
+// nemesis injects faults drawn from a seeded generator, one at a time.
+type nemesis struct {
+	c      *cluster
+	w      *workload
+	cfg    Config
+	rng    *rand.Rand
+	faults int
+	counts [numFaultKinds]int
+	logf   func(format string, args ...any)
+}
+
+func (n *nemesis) pick() faultKind {
+	total := 0
+	for _, w := range faultWeights {
+		total += w
+	}
+	x := n.rng.Intn(total)
+	for k, w := range faultWeights {
+		if x < w {
+			return faultKind(k)
+		}
+		x -= w
+	}
+	return pauseLeader
+}
+
+// leases returns a duration uniform in [lo, hi] leases.
+func (n *nemesis) leases(lo, hi float64) time.Duration {
+	f := lo + n.rng.Float64()*(hi-lo)
+	return time.Duration(f * float64(n.cfg.Heartbeat))
+}
+
+// run injects faults until at least cfg.Faults were injected and
+// cfg.Duration has passed, or ctx ends.
+func (n *nemesis) run(ctx context.Context) error {
+	start := time.Now()
+	for ctx.Err() == nil && (n.faults < n.cfg.Faults || time.Since(start) < n.cfg.Duration) {
+		// Let the cluster settle: a leader, then a little load under it.
+		if _, err := n.waitLeader(ctx, 40*n.cfg.Heartbeat); err != nil {
+			n.logf("no leader before fault %d: %v", n.faults+1, err)
+		}
+		sleepCtx(ctx, n.leases(1, 3))
+		if ctx.Err() != nil {
+			break
+		}
+		// Draw everything from the seed before acting on it.
+		kind := n.pick()
+		var err error
+		switch kind {
+		case pauseLeader:
+			err = n.pause(ctx, n.leases(1, 5))
+		case killNode:
+			err = n.killNode(ctx, n.rng.Intn(len(n.c.nodes)), n.leases(1, 6))
+		case partition:
+			err = n.partition(ctx, n.rng.Intn(len(n.c.nodes)), n.rng.Intn(3) == 0, n.rng.Intn(len(n.c.nodes)), n.leases(2, 8))
+		case resign:
+			err = n.resign(ctx)
+		case killStore:
+			err = n.killStore(ctx, n.leases(0, 4))
+		}
+		if err != nil {
+			return fmt.Errorf("chaos: fault %d (%v): %w", n.faults+1, kind, err)
+		}
+		n.faults++
+		n.counts[kind]++
+	}
+	return nil
+}
+
+// waitLeader waits until some node claims leadership and returns it.
+func (n *nemesis) waitLeader(ctx context.Context, limit time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	tick := time.NewTicker(n.cfg.PollEvery)
+	defer tick.Stop()
+	for {
+		best, bestTerm := -1, uint64(0)
+		for i, nd := range n.c.nodes {
+			if !nd.proc.running() {
+				continue
+			}
+			st, err := n.c.status(ctx, i, 5*n.cfg.PollEvery)
+			if err != nil {
+				continue
+			}
+			if ep, ok := st.leaderEpoch(); ok && ep.Term > bestTerm {
+				best, bestTerm = i, ep.Term
+			}
+		}
+		if best >= 0 {
+			n.w.believe(best, bestTerm)
+			return best, nil
+		}
+		select {
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// pause SIGSTOPs the leader for d while writes are in flight inside its
+// /write handler. Every pinned write has had its handler start (the node
+// sent "100 Continue"). Some ("racing") get their bodies a few tens of
+// microseconds apart just before the SIGSTOP, so the stop lands at
+// different points of their handling, some after the node took its epoch
+// and before the store got the write. The others ("held") get their bodies
+// while the node is stopped, just before SIGCONT. Then the node is
+// continued and every pinned write's answer collected.
+func (n *nemesis) pause(ctx context.Context, d time.Duration) error {
+	li, err := n.waitLeader(ctx, 20*n.cfg.Heartbeat)
+	if err != nil {
+		n.logf("fault %d: pause: no leader to pause", n.faults+1)
+		return nil
+	}
+	const racing = 4
+	var held, race []*pinned
+	for k := 0; k < racing+n.cfg.Resources; k++ {
+		p := n.w.openPinned(ctx, n.cfg.Writers+k%n.cfg.Resources, li, n.cfg.resource(k%n.cfg.Resources))
+		switch {
+		case p == nil:
+		case k < racing:
+			race = append(race, p)
+		default:
+			held = append(held, p)
+		}
+	}
+	nd := n.c.nodes[li]
+	for _, p := range race {
+		p.sendBody()
+		spin(25 * time.Microsecond)
+	}
+	if err := nd.proc.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	inflight := 0
+	for _, p := range append(race, held...) {
+		if !p.done {
+			inflight++
+		}
+	}
+	n.logf("fault %d: SIGSTOP leader %s for %v with %d pinned writes in flight", n.faults+1, nd.id, d.Round(time.Millisecond), inflight)
+	sleepCtx(ctx, d)
+	for _, p := range held {
+		p.sendBody()
+	}
+	if err := nd.proc.signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	var outcomes []string
+	for _, p := range append(race, held...) {
+		p.finish(n.w, true)
+		outcomes = append(outcomes, fmt.Sprintf("%v@%d", p.op.Outcome, p.op.Term))
+	}
+	n.logf("  pinned writes via %s: %v", nd.id, outcomes)
+	return nil
+}
+
+// spin busy-waits for d: a sleep's granularity is too coarse to place a
+// signal within a request's handling.
+func spin(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
+	}
+}
+
+// killNode SIGKILLs node i, keeps it down for d, and restarts it on the same
+// data dir.
+func (n *nemesis) killNode(ctx context.Context, i int, d time.Duration) error {
+	nd := n.c.nodes[i]
+	lead, _ := n.w.leader()
+	nd.proc.kill()
+	n.logf("fault %d: SIGKILL %s (leader: %t), down %v", n.faults+1, nd.id, lead == i, d.Round(time.Millisecond))
+	sleepCtx(ctx, d)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return n.c.startNode(ctx, i)
+}
+
+// partition cuts node i off (isolate) or cuts the link between i and j, for
+// d, then heals every node.
+func (n *nemesis) partition(ctx context.Context, i int, isolateLeader bool, j int, d time.Duration) error {
+	if isolateLeader {
+		if li, _ := n.w.leader(); li >= 0 {
+			i = li
+		}
+	}
+	if j == i {
+		j = (i + 1) % len(n.c.nodes)
+	}
+	var what string
+	if n.rng.Intn(2) == 0 {
+		what = "isolate " + n.c.nodes[i].id
+		if err := n.c.fault(ctx, i, "isolate"); err != nil {
+			return err
+		}
+	} else {
+		what = "cut " + n.c.nodes[i].id + "<->" + n.c.nodes[j].id
+		if err := n.c.fault(ctx, i, "cut", n.c.nodes[j].raft); err != nil {
+			return err
+		}
+	}
+	n.logf("fault %d: partition: %s for %v", n.faults+1, what, d.Round(time.Millisecond))
+	sleepCtx(ctx, d)
+	return n.healAll(ctx)
+}
+
+// healAll undoes every partition on every running node.
+func (n *nemesis) healAll(ctx context.Context) error {
+	for i, nd := range n.c.nodes {
+		if !nd.proc.running() {
+			continue
+		}
+		if err := n.c.fault(context.WithoutCancel(ctx), i, "heal"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resign asks the leader to hand leadership over.
+func (n *nemesis) resign(ctx context.Context) error {
+	li, err := n.waitLeader(ctx, 20*n.cfg.Heartbeat)
+	if err != nil {
+		n.logf("fault %d: resign: no leader", n.faults+1)
+		return nil
+	}
+	err = n.c.post(ctx, li, "/resign", nil)
+	n.logf("fault %d: resign %s: %v", n.faults+1, n.c.nodes[li].id, errString(err))
+	return nil
+}
+
+// killStore SIGKILLs the store, keeps it down for d and restarts it on the
+// same data.
+func (n *nemesis) killStore(ctx context.Context, d time.Duration) error {
+	from := n.w.rec.Now()
+	n.c.store.kill()
+	dead := n.w.rec.Now()
+	n.logf("fault %d: SIGKILL store, down %v", n.faults+1, d.Round(time.Millisecond))
+	sleepCtx(ctx, d)
+	n.c.noteStoreDead(dead, n.w.rec.Now())
+	err := n.c.startStore(context.WithoutCancel(ctx))
+	n.c.noteStoreDown(from, n.w.rec.Now())
+	return err
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
