@@ -33,9 +33,9 @@ type Config struct {
 	Resources  int    // fenced resources written; 0: 4
 	// Think is the upper bound of a writer's random pause between writes;
 	// 0: 4ms.
-	Think        time.Duration
-	ReadEvery    time.Duration // per-resource read interval; 0: 15ms
-	PollEvery    time.Duration // per-node status poll interval; 0: 20ms
+	Think     time.Duration
+	ReadEvery time.Duration // per-resource read interval; 0: 15ms
+	PollEvery time.Duration // per-node status poll interval; 0: 20ms
 	// WriteTimeout is a client's timeout per request; 0: 5 x Heartbeat +
 	// 2s, longer than any pause, so writes held by a paused leader get
 	// their answer.
