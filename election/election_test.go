@@ -17,7 +17,8 @@ func TestPartitionLeader(t *testing.T) {
 		t.Run(fmt.Sprintf("%d-nodes", n), func(t *testing.T) {
 			c := newCluster(t, n)
 			ctx := context.Background()
-			fence := newFence()
+			fence := storageguard.NewMemory()
+			defer fence.Close()
 
 			old, oldEp := c.leader()
 			if err := fence.Admit(ctx, "r", oldEp); err != nil {
