@@ -27,7 +27,7 @@ type testCluster struct {
 // startCluster starts a store and three nodes that bootstrap one cluster,
 // all sharing an HMAC key; each node writes to the store every writeEvery
 // while it leads.
-func startCluster(t *testing.T, heartbeat, writeEvery time.Duration, storeFlags ...string) *testCluster {
+func startCluster(t *testing.T, heartbeat, writeEvery time.Duration, storeFlags, nodeFlags []string) *testCluster {
 	t.Helper()
 	dir := t.TempDir()
 	key := filepath.Join(dir, "token.key")
@@ -49,9 +49,10 @@ func startCluster(t *testing.T, heartbeat, writeEvery time.Duration, storeFlags 
 	}
 	for i, id := range ids {
 		af := filepath.Join(dir, id+".addr")
-		c.nodes[id] = start(t, id, "node", "-id", id, "-raft", raft[i], "-data", filepath.Join(dir, id),
+		args := []string{"node", "-id", id, "-raft", raft[i], "-data", filepath.Join(dir, id),
 			"-bootstrap", strings.Join(boot, ","), "-store", c.storeURL, "-token-key", key,
-			"-heartbeat", heartbeat.String(), "-write-every", writeEvery.String(), "-addr-file", af)
+			"-heartbeat", heartbeat.String(), "-write-every", writeEvery.String(), "-addr-file", af}
+		c.nodes[id] = start(t, id, append(args, nodeFlags...)...)
 	}
 	for _, id := range ids {
 		c.nodeURL[id] = "http://" + field(addrFile(t, filepath.Join(dir, id+".addr"), c.nodes[id]), "http")
@@ -194,7 +195,7 @@ func (c *testCluster) pauseLeader() (old string, oldEp, nextEp epoch.Epoch, acce
 // resumed with SIGCONT and, still holding its old token, writes — and the
 // store refuses it and keeps the successor's data.
 func TestPausedLeaderIsFenced(t *testing.T) {
-	c := startCluster(t, testHeartbeat, 50*time.Millisecond)
+	c := startCluster(t, testHeartbeat, 50*time.Millisecond, nil, nil)
 	c.checkWriteForwarding()
 	old, oldEp, nextEp, _ := c.pauseLeader()
 
@@ -275,7 +276,7 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 // fence prevents. It shows that TestPausedLeaderIsFenced's scenario really
 // produces a stale write for the fence to refuse.
 func TestPausedLeaderUnfencedControl(t *testing.T) {
-	c := startCluster(t, testHeartbeat, 50*time.Millisecond, "-unfenced")
+	c := startCluster(t, testHeartbeat, 50*time.Millisecond, []string{"-unfenced"}, nil)
 	_, oldEp, nextEp, before := c.pauseLeader()
 	waitUntil(t, 20*time.Second, "the unfenced store accepts a late write under "+oldEp.String(), func() (bool, string) {
 		st, err := c.storeStatus()
@@ -294,4 +295,35 @@ func TestPausedLeaderUnfencedControl(t *testing.T) {
 	if st.AcceptedBy[nextEp.String()] == 0 {
 		t.Errorf("the successor %s never wrote: %+v", nextEp, st)
 	}
+}
+
+// TestFaultEndpoint drives POST /fault, which the fault-injection suite
+// relies on: isolating the leader's transport makes the others elect a new
+// leader in a higher term while the isolated node loses its epoch; heal
+// brings it back as a follower of the new term. Bad ops are refused.
+func TestFaultEndpoint(t *testing.T) {
+	c := startCluster(t, testHeartbeat, 50*time.Millisecond, nil, []string{"-fault-endpoint"})
+	old, oldEp := c.leader(0, "")
+	for _, bad := range []string{`{"op":"explode"}`, `{"op":"cut"}`, `{"op":"drop","p":2}`, `{"op":`} {
+		if status, reply, err := post(c.hc, c.nodeURL[old]+"/fault", bad); err != nil || status != http.StatusBadRequest {
+			t.Errorf("POST /fault %s: %d %s %v; want 400", bad, status, reply, err)
+		}
+	}
+	if status, reply, err := post(c.hc, c.nodeURL[old]+"/fault", `{"op":"isolate"}`); err != nil || status != http.StatusOK {
+		t.Fatalf("isolate: %d %s %v", status, reply, err)
+	}
+	_, nextEp := c.leader(oldEp.Term, old)
+	waitUntil(t, 20*time.Second, old+" loses its epoch while isolated", func() (bool, string) {
+		st, err := c.status(old)
+		return err == nil && st.Epoch == "", fmt.Sprintf("%+v %v", st, err)
+	})
+	if status, reply, err := post(c.hc, c.nodeURL[old]+"/fault", `{"op":"heal"}`); err != nil || status != http.StatusOK {
+		t.Fatalf("heal: %d %s %v", status, reply, err)
+	}
+	waitUntil(t, 20*time.Second, old+" follows the new leader after heal", func() (bool, string) {
+		st, err := c.status(old)
+		return err == nil && st.State == "Follower" && st.Term >= nextEp.Term && st.Leader != "" && st.Leader != old,
+			fmt.Sprintf("%+v %v", st, err)
+	})
+	c.waitRecordBy(nextEp)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -266,4 +267,41 @@ func Example_store() {
 	// Output:
 	// demo/3/n2 200 true
 	// demo/2/n1 409 false demo/2/n1 demo/3/n2
+}
+
+// TestLoadCodec: without a key file tokens are unsigned and a warning says
+// so; a key file signs, and a short key is refused.
+func TestLoadCodec(t *testing.T) {
+	var logs strings.Builder
+	c, err := loadCodec("", slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "NOT signed") {
+		t.Errorf("no warning for unsigned tokens: %q", logs.String())
+	}
+	if tok := sign(t, c, 3, "n1"); tok != "demo/3/n1" {
+		t.Errorf("unsigned token %q", tok)
+	}
+	dir := t.TempDir()
+	good, short := filepath.Join(dir, "good"), filepath.Join(dir, "short")
+	if err := os.WriteFile(good, newKey(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(short, []byte("too short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err = loadCodec(good, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Verify("demo/3/n1"); !errors.Is(err, epoch.ErrUnsigned) {
+		t.Errorf("the HMAC codec verified an unsigned token: %v", err)
+	}
+	if _, err := loadCodec(short, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
+		t.Error("a 9-byte key was accepted")
+	}
+	if _, err := loadCodec(filepath.Join(dir, "missing"), slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
+		t.Error("a missing key file was accepted")
+	}
 }
