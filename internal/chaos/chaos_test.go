@@ -102,7 +102,9 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("TERMFENCE_CHAOS=%q: %v", s, err)
 		}
 		cfg.Nodes, cfg.Heartbeat, cfg.Duration = 5, 200*time.Millisecond, d
-		cfg.Writers, cfg.Resources, cfg.Think, cfg.ReadEvery = 8, 6, 10*time.Millisecond, 30*time.Millisecond
+		// Fewer operations per second and more resources: porcupine's
+		// memory grows with the square of a partition's length.
+		cfg.Writers, cfg.Resources, cfg.Think, cfg.ReadEvery = 8, 8, 40*time.Millisecond, 60*time.Millisecond
 		cfg.CheckTimeout = 20 * time.Minute
 	}
 	res := runChaos(t, cfg)

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -262,5 +263,83 @@ func TestCheckSavedHistory(t *testing.T) {
 	}
 	if !r.OK() {
 		t.Errorf("not OK: conflicts %v, contract %v", r.LeaderConflicts, r.ContractBreaks)
+	}
+}
+
+// A write whose node answered 5xx is over at its return; one with no
+// answer may still land later.
+func TestCheckPendingIndeterminate(t *testing.T) {
+	claims := []Claim{{At: ms(0), Last: ms(1), Node: "n1", Term: 5, Leader: "n1"}}
+	hist := func(pending bool) History {
+		w := write(0, "x", "n1", 0, 1, Indeterminate, 0)
+		w.Pending = pending
+		return History{Ops: []Op{
+			w,
+			{Client: 1, Kind: Read, Resource: "register", Call: ms(2), Return: ms(3), Outcome: ReadMissing},
+			read(1, "x", 5, "n1", 4, 5),
+		}, Claims: claims}
+	}
+	if r := Check(hist(true), 0); !r.OK() {
+		t.Fatalf("pending write landing late flagged: %v", r.Linearizable)
+	}
+	if r := Check(hist(false), 0); r.Linearizable != porcupine.Illegal {
+		t.Fatalf("finished write landing after its return: %v, want Illegal", r.Linearizable)
+	}
+}
+
+func TestCandidatesWindow(t *testing.T) {
+	seen := map[candidate]span{
+		{3, "n1"}: {from: ms(0), to: ms(2000)},
+		{5, "n1"}: {from: ms(9500), to: ms(9800)},
+		{6, "n2"}: {from: ms(9900), to: ms(12000)},
+		{8, "n1"}: {from: ms(13000), to: ms(14000)},
+		{9, "n1"}: {always: true},
+	}
+	op := Op{Node: "n1", Call: ms(10000), Return: ms(11000)}
+	got := candidatesFor(op, seen, ms(1000))
+	want := []candidate{{5, "n1"}, {9, "n1"}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("window: got %v, want %v", got, want)
+	}
+	if got := candidatesFor(op, seen, 0); len(got) != 4 {
+		t.Fatalf("unbounded: got %v, want every epoch of n1", got)
+	}
+}
+
+func TestRecorderMergesClaims(t *testing.T) {
+	r := NewRecorder()
+	r.Claim(Claim{At: ms(1), Node: "n1", Term: 4, Leader: "n1"})
+	r.Claim(Claim{At: ms(5), Node: "n1", Term: 4, Leader: "n1"})
+	r.Claim(Claim{At: ms(3), Node: "n1", Term: 4, Leader: "n1"})
+	r.Claim(Claim{At: ms(6), Node: "n2", Term: 5, Leader: "n2"})
+	h := r.History(nil, 0)
+	if len(h.Claims) != 2 || h.Claims[0].At != ms(1) || h.Claims[0].Last != ms(5) {
+		t.Fatalf("claims = %+v", h.Claims)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := Config{Binary: "b", Dir: "d", FailureDir: "f", Nodes: 3, Heartbeat: 100 * time.Millisecond, Faults: 1}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(*Config){
+		"no binary":   func(c *Config) { c.Binary = "" },
+		"no dir":      func(c *Config) { c.Dir = "" },
+		"no failures": func(c *Config) { c.FailureDir = "" },
+		"4 nodes":     func(c *Config) { c.Nodes = 4 },
+		"tiny HT":     func(c *Config) { c.Heartbeat = time.Millisecond },
+		"no faults":   func(c *Config) { c.Faults = 0 },
+		"negative":    func(c *Config) { c.Think = -1 },
+		"bad backend": func(c *Config) { c.Backend = "mysql" },
+	} {
+		c := good
+		mut(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := Run(context.Background(), Config{}); err == nil {
+		t.Error("Run accepted an empty config")
 	}
 }

@@ -31,8 +31,37 @@
 //   - Every refusal is a clear error: 409/401/403 with a JSON error body;
 //     a 200 always names the accepted epoch; no 5xx while the store is up.
 //
-// On a violation the run writes porcupine's HTML visualization and the seed
-// under the failures directory and prints their paths.
+// On a violation the run writes porcupine's HTML visualization, the history
+// as JSON and the seed under the failures directory and prints their paths.
+//
+// # Clients
+//
+// Writers send POST /write to the node they believe leads (from a 503's
+// leader hint, or from the status poller), with a timeout longer than any
+// pause. When the believed leader changes while a write waits, the writer
+// leaves that write to finish in the background and goes on through the
+// new leader: so writes are in flight at a paused leader while its
+// successor accepts others, and they end with a definite answer once the
+// paused node resumes. On top of that, each pause pins writes inside the
+// leader's handler ("Expect: 100-continue": the node's "100 Continue" proves
+// the handler runs), some with bodies sent microseconds before the SIGSTOP,
+// some with bodies sent just before the SIGCONT. Readers GET /read from the
+// store. A write's outcome is indeterminate only when the node gave no
+// answer, or answered 5xx after a store request that may have been applied;
+// a 502 whose store dial was refused, or any 5xx while no store process
+// existed, left the store untouched.
+//
+// # Running
+//
+//	go test ./internal/chaos                      # short: 3 nodes, 30 faults
+//	TERMFENCE_CHAOS=10m go test -timeout 60m -run 'TestChaos$' ./internal/chaos
+//	TERMFENCE_CHAOS_SEED=S ...                    # replay the nemesis's choices
+//	TERMFENCE_CHAOS_BIN=path ...                  # test a prebuilt examples/cluster
+//	TERMFENCE_CHAOS_HISTORY=failures/.../history.json go test -run TestCheckSavedHistory ./internal/chaos
+//
+// Both modes end with one line:
+//
+//	chaos: seed=S faults=N ops=N acked=N refused_stale=N stale_accepted=0 lost=0 linearizable=true
 //
 // # What is not guaranteed
 //

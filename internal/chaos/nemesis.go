@@ -144,7 +144,7 @@ func (n *nemesis) pause(ctx context.Context, d time.Duration) error {
 	}
 	const racing = 4
 	var held, race []*pinned
-	for k := 0; k < racing+n.cfg.Resources; k++ {
+	for k := 0; k < racing+min(n.cfg.Resources, 4); k++ {
 		p := n.w.openPinned(ctx, n.cfg.Writers+k%n.cfg.Resources, li, n.cfg.resource(k%n.cfg.Resources))
 		switch {
 		case p == nil:
