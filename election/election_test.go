@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -143,12 +144,20 @@ func TestResign(t *testing.T) {
 }
 
 // TestStepDownBeforePublish is I1's core race: a node that raft makes
-// leader and that is cut off at once can never commit its Barrier, so it
-// must never publish that term — and no node may ever hand out a term it
-// did not win or that another node holds. The checker (fed by every node's
-// Observe stream and a 1 ms Epoch() poller) fails the test if it does.
+// leader but that steps down before its Barrier commits must never publish
+// that term. Every RPC is delayed by stepDelay, and each node is cut off the
+// instant its own Observe stream says raft made it leader; a partition is
+// checked again after the delay, so the Barrier of such a node can never
+// commit. The test fails if any of these terms is ever handed out — by
+// Epoch() (polled every millisecond) or in an Observe stream — and the
+// checker fails it if any node hands out a term it did not win or that
+// another node holds.
 func TestStepDownBeforePublish(t *testing.T) {
+	const stepDelay = 10 * time.Millisecond
 	c := newCluster(t, 3)
+	for _, nd := range c.nodes {
+		nd.net.Delay(stepDelay)
+	}
 	for round := range 3 {
 		ld, ep := c.leader()
 		victims := c.isolateOnWin(ep.Term)
@@ -165,7 +174,12 @@ func TestStepDownBeforePublish(t *testing.T) {
 				t.Fatalf("%s still hands out %v with every leader cut off", nd.id, e)
 			}
 		}
-		t.Logf("round %d: isolated leader %s at %v; then isolated %v right after they won", round, ld.id, ep, got)
+		for id, term := range got {
+			if h := c.check.holderOf(term); h != "" {
+				t.Errorf("%s was cut off right after winning term %d, yet %s handed out an epoch of that term", id, term, h)
+			}
+		}
+		t.Logf("round %d: isolated leader %s at %v; then cut off %v right after they won", round, ld.id, ep, got)
 		for _, nd := range c.nodes {
 			nd.net.Heal()
 		}

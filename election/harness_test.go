@@ -354,6 +354,13 @@ func (c *checker) leadership(node string, l Leadership) {
 	c.epochLocked("observe", node, l.Epoch, true)
 }
 
+// holderOf returns the node seen holding an epoch of term, or "".
+func (c *checker) holderOf(term uint64) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.holder[term]
+}
+
 // highest returns the highest epoch term seen so far.
 func (c *checker) highest() uint64 {
 	c.mu.Lock()
