@@ -92,20 +92,33 @@ func newCluster(cfg Config) (*cluster, error) {
 // startNode starts node i and waits until it answers GET /status.
 func (c *cluster) startNode(ctx context.Context, i int) error {
 	n := c.nodes[i]
-	_ = os.Remove(n.addrFile)
-	if err := n.proc.start(); err != nil {
-		return err
-	}
-	return c.waitServing(ctx, n.proc, n.addrFile, "http://"+n.proc.addr+"/status")
+	return c.startServing(ctx, n.proc, n.addrFile, "http://"+n.proc.addr+"/status")
 }
 
 // startStore starts the store and waits until it answers GET /status.
 func (c *cluster) startStore(ctx context.Context) error {
-	_ = os.Remove(c.storeAF)
-	if err := c.store.start(); err != nil {
-		return err
+	return c.startServing(ctx, c.store, c.storeAF, c.storeURL+"/status")
+}
+
+// startServing starts p and waits until it serves statusURL. A process that
+// exits while starting is tried again a few times: its fixed port can be
+// held for a moment by another socket (an outgoing connection given that
+// port as its ephemeral one) while it was down.
+func (c *cluster) startServing(ctx context.Context, p *proc, addrFile, statusURL string) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if attempt > 0 {
+			sleepCtx(ctx, 200*time.Millisecond)
+		}
+		_ = os.Remove(addrFile)
+		if err = p.start(); err != nil {
+			return err
+		}
+		if err = c.waitServing(ctx, p, addrFile, statusURL); err == nil || p.running() || ctx.Err() != nil {
+			return err
+		}
 	}
-	return c.waitServing(ctx, c.store, c.storeAF, c.storeURL+"/status")
+	return err
 }
 
 func (c *cluster) waitServing(ctx context.Context, p *proc, addrFile, statusURL string) error {
