@@ -2,7 +2,7 @@
 // hand out a new confirmed epoch after its leader crashes or resigns, side by
 // side with raw hashicorp/raft wired the plain way, in the same run.
 //
-//	go run ./internal/cmd/failover [-n 20] [-ht 100ms]
+//	go run ./internal/cmd/failover [-n 50] [-ht 100ms] [-llt 50ms] [-v]
 //
 // Both clusters run on loopback TCP with raft-boltdb stores in a temp dir and
 // the same timeouts (ElectionTimeout = HeartbeatTimeout, LeaderLeaseTimeout =
@@ -51,7 +51,7 @@ type params struct {
 }
 
 func main() {
-	n := flag.Int("n", 20, "rounds of each kind (crash, graceful) per system")
+	n := flag.Int("n", 50, "rounds of each kind (crash, graceful) per system")
 	ht := flag.Duration("ht", 100*time.Millisecond, "HeartbeatTimeout (and ElectionTimeout)")
 	llt := flag.Duration("llt", 0, "LeaderLeaseTimeout (0: HeartbeatTimeout/2)")
 	verbose := flag.Bool("v", false, "log termfence's raft and election events to stderr")
