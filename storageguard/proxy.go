@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -34,7 +35,10 @@ type ProxyConfig struct {
 	// of the response copied to the client. When it expires the backend
 	// request is cancelled (504 if no response header was sent yet, else the
 	// client connection is cut), and a newer epoch waiting for it may
-	// proceed. Zero: DefaultProxyTimeout. Negative is invalid.
+	// proceed. A client that goes away does not cancel the backend request:
+	// the proxy waits for the backend's answer (or the timeout), so that a
+	// newer epoch is not forwarded while the backend may still be working on
+	// the older request. Zero: DefaultProxyTimeout. Negative is invalid.
 	Timeout time.Duration
 	// ForwardToken sends the client's Fencing-Token header on to the backend.
 	// False (the default): the header is stripped, so the backend never sees
@@ -270,6 +274,12 @@ func NewProxy(g *Guard, target *url.URL, cfg ProxyConfig) http.Handler {
 		ErrorLog:     cfg.ErrorLog,
 		ErrorHandler: p.backendError,
 		BufferPool:   copyBuffers{},
+		ModifyResponse: func(res *http.Response) error {
+			if res.StatusCode != http.StatusSwitchingProtocols {
+				res.Body = drainOnClose{res.Body}
+			}
+			return nil
+		},
 	}
 	return p
 }
@@ -311,6 +321,18 @@ var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); retu
 func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
 func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
+// drainOnClose reads a backend response body to its end before closing it.
+// When copying to the client fails (the client went away), the reverse proxy
+// closes the body early; draining it instead lets the backend finish the
+// request before the write returns and a newer epoch may be forwarded. The
+// reads are bounded by the proxy's timeout, which cancels them.
+type drainOnClose struct{ io.ReadCloser }
+
+func (b drainOnClose) Close() error {
+	_, _ = io.Copy(io.Discard, b.ReadCloser)
+	return b.ReadCloser.Close()
+}
+
 // fwdKey carries a forwarded request's resource into the error handler.
 type fwdKey struct{}
 
@@ -334,10 +356,19 @@ func (p *proxy) backendError(w http.ResponseWriter, r *http.Request, err error) 
 // failed). A panic from the reverse proxy (http.ErrAbortHandler for a body
 // cut off mid-copy) is recovered and returned, so that the caller can
 // re-raise it after the fence's Do has returned.
+//
+// The backend request is not cancelled when the client goes away: the
+// backend may be working on it, so the write (and with it the epoch) lasts
+// until the backend has answered or the timeout cut it off.
 func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, resource string) (panicked any) {
-	ctx, cancel := context.WithTimeout(context.WithValue(ctx, fwdKey{}, resource), p.timeout)
+	ctx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(ctx), fwdKey{}, resource), p.timeout)
 	defer cancel()
 	defer func() { panicked = recover() }()
+	// Without full duplex, the server closes the request body as soon as
+	// the response header is written, while the transport may still be
+	// reading it to EOF; the transport then tears down the backend
+	// connection mid-response. HTTP/2 is full duplex already (error).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 	return nil
 }

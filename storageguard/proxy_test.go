@@ -2,8 +2,10 @@ package storageguard_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -73,7 +75,11 @@ type pxResult struct {
 // send sends method path with the given Fencing-Token values (none for a
 // nil slice) and extra header pairs.
 func (e *pxEnv) send(method, path string, tokens []string, kv ...string) pxResult {
-	req, err := http.NewRequest(method, e.proxy.URL+path, strings.NewReader("payload"))
+	return e.sendCtx(context.Background(), method, path, tokens, kv...)
+}
+
+func (e *pxEnv) sendCtx(ctx context.Context, method, path string, tokens []string, kv ...string) pxResult {
+	req, err := http.NewRequestWithContext(ctx, method, e.proxy.URL+path, strings.NewReader("payload"))
 	if err != nil {
 		return pxResult{err: err}
 	}
@@ -192,6 +198,17 @@ func TestProxyStaleNeverReachesBackend(t *testing.T) {
 // backend and sends one of epoch 34: the newer one must not reach the
 // backend until the older one has finished, and afterwards 33 is refused.
 func TestProxyOlderEpochFinishesBeforeNewer(t *testing.T) {
+	// The old request is held before its response header, or after the
+	// header and part of the body were sent: the write must last until the
+	// body is complete.
+	// The third time the old request's client gives up while the backend
+	// still works on it.
+	t.Run("held before header", func(t *testing.T) { testOlderFirst(t, false, false) })
+	t.Run("held mid-body", func(t *testing.T) { testOlderFirst(t, true, false) })
+	t.Run("client gone", func(t *testing.T) { testOlderFirst(t, false, true) })
+}
+
+func testOlderFirst(t *testing.T, midBody, clientGone bool) {
 	oldIn := make(chan struct{})
 	releaseOld := make(chan struct{})
 	newIn := make(chan bool, 1) // whether the old request had finished
@@ -205,9 +222,21 @@ func TestProxyOlderEpochFinishesBeforeNewer(t *testing.T) {
 				return
 			}
 			defer oldDone.Store(true)
+			io.Copy(io.Discard, r.Body)
+			if midBody {
+				w.Header().Set("Content-Length", fmt.Sprint(64<<10))
+				io.WriteString(w, strings.Repeat("o", 32<<10))
+				http.NewResponseController(w).Flush()
+			}
 			close(oldIn)
-			<-releaseOld
-			io.WriteString(w, strings.Repeat("o", 64<<10))
+			select {
+			case <-releaseOld:
+			case <-time.After(waitLimit):
+			}
+			io.WriteString(w, strings.Repeat("o", 32<<10))
+			if !midBody {
+				io.WriteString(w, strings.Repeat("o", 32<<10))
+			}
 		case "new":
 			newIn <- oldDone.Load()
 			io.WriteString(w, "new")
@@ -226,8 +255,16 @@ func TestProxyOlderEpochFinishesBeforeNewer(t *testing.T) {
 	}
 	oldTok, newTok := e.token(t, 33, "node-a"), e.token(t, 34, "node-b")
 
-	oldRes := async(func() pxResult { return e.send("POST", "/", oldTok, "X-Req", "old") })
+	oldCtx, cancelOld := context.WithCancel(context.Background())
+	defer cancelOld()
+	oldRes := async(func() pxResult { return e.sendCtx(oldCtx, "POST", "/", oldTok, "X-Req", "old") })
 	recv(t, oldIn, "the old request in the backend")
+	if clientGone {
+		cancelOld()
+		if r := recv(t, oldRes, "the old client to give up"); !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("old client: %+v", r)
+		}
+	}
 	newRes := async(func() pxResult { return e.send("POST", "/", newTok, "X-Req", "new") })
 	recv(t, newAtFence, "the new request at the fence")
 	// The new request is at the fence while the old one is held. Give it
@@ -238,8 +275,10 @@ func TestProxyOlderEpochFinishesBeforeNewer(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	release()
-	if r := recv(t, oldRes, "the old response"); r.status != 200 || len(r.body) != 64<<10 || r.err != nil {
-		t.Fatalf("old request: status %d, %d bytes, err %v", r.status, len(r.body), r.err)
+	if !clientGone {
+		if r := recv(t, oldRes, "the old response"); r.status != 200 || len(r.body) != 64<<10 || r.err != nil {
+			t.Fatalf("old request: status %d, %d bytes, err %v", r.status, len(r.body), r.err)
+		}
 	}
 	if finished := recv(t, newIn, "the new request in the backend"); !finished {
 		t.Fatal("the epoch-34 request reached the backend before the epoch-33 request finished")
