@@ -121,7 +121,7 @@ func TestChaos(t *testing.T) {
 		for _, s := range res.Details {
 			t.Errorf("%s", s)
 		}
-		t.Errorf("violation; seed and visualization in %s", res.FailurePath)
+		t.Errorf("violation (seed %d): %s, %s", res.Seed, filepath.Join(res.FailurePath, "seed.txt"), filepath.Join(res.FailurePath, "history.html"))
 	}
 	fmt.Println(res.Line)
 }

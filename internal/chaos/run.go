@@ -269,6 +269,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if err != nil {
 			logf("writing the failure: %v", err)
 		}
+		logf("violation: seed and details in %s, visualization in %s, history in %s, process logs in %s",
+			filepath.Join(res.FailurePath, "seed.txt"), filepath.Join(res.FailurePath, "history.html"),
+			filepath.Join(res.FailurePath, "history.json"), cfg.Dir)
 	}
 	return res, nil
 }
