@@ -22,7 +22,8 @@ import (
 // BenchmarkProxyOverhead measures, in one run, b.N requests sent straight to
 // a loopback backend and b.N requests sent through a fencing proxy in front
 // of it (Memory fence, HMAC tokens, the proxy's default transport), each by
-// 64 concurrent clients under one epoch. It reports both throughputs, their
+// 64 concurrent clients under one epoch (and, for the hop's own latency, by
+// one client). It reports both throughputs, their
 // ratio (proxy/direct), both p50 latencies, the p50 and p99 the proxy adds,
 // the process CPU time per request on each path (clients, proxy and backend
 // all run in this process) and how many connections the backend accepted
@@ -34,13 +35,13 @@ import (
 //	go test -run '^$' -bench ProxyOverhead -benchtime 20000x ./storageguard/
 func BenchmarkProxyOverhead(b *testing.B) {
 	for _, service := range []time.Duration{0, time.Millisecond, 10 * time.Millisecond} {
-		b.Run(fmt.Sprintf("backend=%v", service), func(b *testing.B) { benchProxyOverhead(b, service) })
+		b.Run(fmt.Sprintf("clients=64/backend=%v", service), func(b *testing.B) { benchProxyOverhead(b, 64, service) })
 	}
+	// One client at a time: the hop's own latency, without queueing for CPU.
+	b.Run("clients=1/backend=0s", func(b *testing.B) { benchProxyOverhead(b, 1, 0) })
 }
 
-const benchClients = 64
-
-func benchProxyOverhead(b *testing.B, service time.Duration) {
+func benchProxyOverhead(b *testing.B, benchClients int, service time.Duration) {
 	backend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if service > 0 {
@@ -67,7 +68,7 @@ func benchProxyOverhead(b *testing.B, service time.Duration) {
 	tok := gtSign(b, codec, gtEp(34, "node-b"))
 
 	newClient := func() (*http.Client, func()) {
-		tr := &http.Transport{MaxIdleConnsPerHost: benchClients, MaxIdleConns: 2 * benchClients}
+		tr := &http.Transport{MaxIdleConnsPerHost: 64, MaxIdleConns: 128}
 		return &http.Client{Transport: tr}, tr.CloseIdleConnections
 	}
 	directClient, closeDirect := newClient()
@@ -80,7 +81,7 @@ func benchProxyOverhead(b *testing.B, service time.Duration) {
 		c   *http.Client
 		url string
 	}{{directClient, backend.URL}, {proxyClient, proxy.URL}} {
-		if _, err := runLoad(p.c, p.url, tok, 4*benchClients); err != nil {
+		if _, err := runLoad(p.c, p.url, tok, benchClients, 4*benchClients); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -98,11 +99,11 @@ func benchProxyOverhead(b *testing.B, service time.Duration) {
 		if n == 0 {
 			continue
 		}
-		d, err := runLoad(directClient, backend.URL, tok, n)
+		d, err := runLoad(directClient, backend.URL, tok, benchClients, n)
 		if err != nil {
 			b.Fatal(err)
 		}
-		p, err := runLoad(proxyClient, proxy.URL, tok, n)
+		p, err := runLoad(proxyClient, proxy.URL, tok, benchClients, n)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -153,16 +154,16 @@ func (r loadResult) rps() float64 { return float64(r.n) / r.wall.Seconds() }
 
 func (r loadResult) p(q int) time.Duration { return r.lat[(len(r.lat)-1)*q/100] }
 
-// runLoad sends n POSTs to url from benchClients goroutines and returns the
-// wall time and every request's latency.
-func runLoad(c *http.Client, url, token string, n int) (loadResult, error) {
+// runLoad sends n POSTs to url from clients goroutines and returns the wall
+// time, CPU time and every request's latency.
+func runLoad(c *http.Client, url, token string, clients, n int) (loadResult, error) {
 	lat := make([]time.Duration, n)
 	var next atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
 	var wg sync.WaitGroup
 	start, cpu0 := time.Now(), cpuTime()
-	for range benchClients {
+	for range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
