@@ -195,6 +195,8 @@ func writeJSON(w http.ResponseWriter, status int, body Refusal) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
+var _ http.Handler = (*proxy)(nil)
+
 // proxy is the handler NewProxy returns.
 type proxy struct {
 	guard         *Guard
