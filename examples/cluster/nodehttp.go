@@ -102,14 +102,17 @@ func (n *node) handleWrite(w http.ResponseWriter, r *http.Request) {
 	if !allow(w, r, http.MethodPost) {
 		return
 	}
-	var req writeRequest
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "node: "+err.Error())
-		return
-	}
+	// The epoch is taken before the body is read, as the contract says: a
+	// node paused while it reads (or sends) stays on the epoch it held when
+	// the request arrived, exactly like a paused leader in the seed.
 	ep, err := n.el.Epoch()
 	if err != nil {
 		n.notLeader(w)
+		return
+	}
+	var req writeRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "node: "+err.Error())
 		return
 	}
 	if n.store == nil {
