@@ -1,41 +1,5 @@
 package storageguard
 
-// # Guard, proxy and middleware
-//
-// A [Fence] trusts the epoch it is given. A [Guard] is what sits between the
-// wire and a fence: it turns an untrusted token into an epoch (verifying its
-// signature and its cluster, DESIGN.md I6) and only then lets the fence see
-// it, so a forged token with a huge term can never raise the fence and lock
-// real leaders out. [NewProxy] puts a Guard in front of any HTTP resource that
-// cannot check tokens itself (a fencing proxy: the proxy is the serialization
-// point, and must be the only path to the resource, I7); [Middleware] puts one
-// in front of a Go handler that owns its storage.
-//
-// Guarantees of Guard, proxy and middleware:
-//
-//   - A token that is missing, malformed, unsigned or badly signed (with a
-//     signing Verifier), or that names another cluster than GuardConfig.Cluster,
-//     is refused before the fence is touched: it neither raises nor reads it.
-//   - The write (the forwarded request, the wrapped handler) runs inside the
-//     fence's Do, so it runs only under an admitted epoch, and no newer epoch is
-//     admitted until every in-flight write under an older one has returned.
-//     The proxy returns from the write only after the backend's response has
-//     been copied to the client in full, or after it was cut off at
-//     ProxyConfig.Timeout.
-//   - Writes under the same epoch run concurrently.
-//
-// Non-guarantees:
-//
-//   - With no Verifier (or [epoch.Plain]) nothing is authenticated: anyone who
-//     can reach the Guard can present any epoch.
-//   - A request that reaches the resource around the proxy is unfenced.
-//   - Fencing refuses; it does not undo. A backend that keeps working on a
-//     request after the proxy cut it off at the timeout may still apply it,
-//     possibly after a newer epoch was admitted. Set the timeout above the
-//     backend's own.
-//   - Reads are not fenced unless they carry a token; a read admitted under an
-//     epoch can be stale by the time the client uses it.
-
 import (
 	"context"
 	"errors"
