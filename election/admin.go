@@ -60,43 +60,44 @@ func (e *Election) TransferTo(ctx context.Context, id string) error {
 	})
 }
 
-// transfer issues leadership transfers until one works or this node is no
-// longer leader, then waits until raft no longer reports it as Leader.
+// transfer starts leadership transfers until this node is no longer
+// leader, ctx ends or the Election closes. Each attempt gets
+// ElectionTimeout (raft's own limit for one transfer) before the next.
+//
+// The transfer futures are not waited on: the outcome is watched through
+// raft's state instead. raft answers a transfer future only while it runs —
+// one still queued inside raft when it shuts down is never answered — so a
+// goroutine blocked on it could outlive Close.
 func (e *Election) transfer(ctx context.Context, issue func() raft.Future) error {
-	for {
-		err := e.await(ctx, issue)
-		switch {
-		case err == nil, e.raft.State() != raft.Leader:
-			return e.waitNotLeader(ctx)
-		case errors.Is(err, ErrClosed), ctx.Err() != nil:
-			return err
-		case errors.Is(err, raft.ErrNotLeader):
-			return e.notLeader()
-		}
-		e.log.Debug("leadership transfer attempt failed, retrying", "error", err)
-		t := time.NewTimer(e.retryInterval())
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w: %w (last attempt: %v)", ErrTransfer, ctx.Err(), err)
-		}
-	}
-}
-
-// waitNotLeader blocks until raft no longer reports this node as Leader.
-func (e *Election) waitNotLeader(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for range e.Observe(ctx) { // a value after every leadership change
+	updates := e.Observe(ctx) // a value after every leadership change
+	next := time.NewTimer(0)
+	defer next.Stop()
+	attempts := 0
+	for {
 		if e.raft.State() != raft.Leader {
 			return nil
 		}
+		select {
+		case <-next.C:
+			if e.closed.Load() {
+				return ErrClosed
+			}
+			if attempts > 0 {
+				e.log.Debug("leadership transfer did not complete, retrying", "attempts", attempts)
+			}
+			_ = issue()
+			attempts++
+			next.Reset(e.cfg.ElectionTimeout + e.retryInterval())
+		case _, ok := <-updates:
+			if !ok && ctx.Err() == nil {
+				return ErrClosed
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w (still leader after %d attempts)", ErrTransfer, ctx.Err(), attempts)
+		}
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return ErrClosed
 }
 
 // AddVoter adds (or updates) a voting member with this Raft ID and transport
@@ -157,28 +158,19 @@ func (e *Election) configErr(op string, err error) error {
 	return fmt.Errorf("election: %s: %w", op, err)
 }
 
-// await issues a raft future (unless Close has begun) and waits for it or
-// for ctx.
+// await waits for a raft future, for ctx, or for Close (see wait).
 func (e *Election) await(ctx context.Context, issue func() raft.Future) error {
 	if err := ctx.Err(); err != nil {
 		return err // nothing issued
 	}
-	e.opMu.RLock()
 	if e.closed.Load() {
-		e.opMu.RUnlock()
 		return ErrClosed
 	}
-	done := e.awaitAsync(issue())
-	e.opMu.RUnlock()
-	select {
-	case err := <-done:
-		if errors.Is(err, raft.ErrRaftShutdown) && e.closed.Load() {
-			return ErrClosed
-		}
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	err := e.wait(ctx, issue())
+	if errors.Is(err, raft.ErrRaftShutdown) && e.closed.Load() {
+		return ErrClosed
 	}
+	return err
 }
 
 // voterAddr returns the address of the voter with this ID.

@@ -33,7 +33,13 @@
 //     latest value.
 //   - Lead never runs fn twice at once and never starts it with an epoch
 //     this node does not hold at that moment.
-//   - Close ends every goroutine this package started.
+//   - The triple read is sound because raft changes its term and state only
+//     on its main goroutine: New hands raft the transport with its heartbeat
+//     fast path switched off (hashicorp/raft#695, DESIGN.md I2), whatever
+//     Transport it is given — even a raw raft.NetworkTransport.
+//   - Close ends every goroutine this package started and returns even if
+//     raft leaves a future unanswered at shutdown; the one goroutine that can
+//     then remain is a helper waiting on that abandoned future.
 //
 // # Non-guarantees
 //
@@ -52,8 +58,4 @@
 //   - Cancelling the context of a call that wraps a raft future (Resign,
 //     TransferTo, AddVoter, RemoveServer) stops the wait, not the operation,
 //     which raft may still complete.
-//   - The safety of the triple read rests on raft changing its term and
-//     state only on its main goroutine. Transports from package transport
-//     ensure that (they disable NetworkTransport's heartbeat fast path,
-//     hashicorp/raft#695); a raw raft.NetworkTransport does not.
 package election

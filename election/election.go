@@ -1,6 +1,7 @@
 package election
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -57,12 +58,10 @@ type Election struct {
 	hub hub
 
 	closed    atomic.Bool
-	opMu      sync.RWMutex // held for reading while issuing raft futures; Close takes it to stop new ones
 	closeOnce sync.Once
 	closeErr  error
 	stop      chan struct{}  // closed by Close after raft is shut down
 	wg        sync.WaitGroup // drain, work, watch
-	futures   sync.WaitGroup // goroutines waiting on raft futures
 }
 
 // New validates cfg, opens (or creates) the node's Raft state, bootstraps a
@@ -215,8 +214,10 @@ func (e *Election) Raft() *raft.Raft { return e.raft }
 // heartbeat timeout to notice it is gone. Then Raft, the transport and the
 // stores are shut down, every Observe channel is closed, Lead and
 // WaitLeader return ErrClosed, and every goroutine of this Election ends
-// before Close returns. Close is idempotent; later calls return the first
-// call's result, and every other method then returns ErrClosed.
+// before Close returns — except, in a rare race, a helper blocked on a raft
+// future that raft accepted but abandoned at shutdown (see wait). Close is
+// idempotent; later calls return the first call's result, and every other
+// method then returns ErrClosed.
 func (e *Election) Close() error {
 	e.closeOnce.Do(func() { e.closeErr = e.close() })
 	return e.closeErr
@@ -225,10 +226,6 @@ func (e *Election) Close() error {
 func (e *Election) close() error {
 	e.closed.Store(true)
 	e.handover()
-	// No raft future is issued after this point, so every one we wait on
-	// is answered by raft's shutdown below.
-	e.opMu.Lock()
-	e.opMu.Unlock() //nolint:staticcheck // a barrier: wait for in-flight issuers
 	errs := []error{}
 	if err := e.raft.Shutdown().Error(); err != nil { // also closes the transport
 		errs = append(errs, fmt.Errorf("election: raft shutdown: %w", err))
@@ -236,7 +233,6 @@ func (e *Election) close() error {
 	e.raft.DeregisterObserver(e.observer)
 	close(e.stop)
 	e.wg.Wait()
-	e.futures.Wait()
 	e.hub.close()
 	if e.bolt != nil {
 		if err := e.bolt.Close(); err != nil {
@@ -247,21 +243,22 @@ func (e *Election) close() error {
 }
 
 // handover transfers leadership away if this node leads and another voter
-// exists, waiting at most ElectionTimeout.
+// exists, waiting at most ElectionTimeout for this node to step down.
 func (e *Election) handover() {
 	if e.raft.State() != raft.Leader || !e.hasOtherVoter() {
 		return
 	}
 	e.log.Info("closing: handing leadership over")
-	timer := time.NewTimer(e.cfg.ElectionTimeout)
-	defer timer.Stop()
-	done := e.awaitAsync(e.raft.LeadershipTransfer())
-	select {
-	case err := <-done:
-		if err != nil {
-			e.log.Warn("closing: leadership handover failed", "error", err)
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.ElectionTimeout)
+	defer cancel()
+	updates := e.Observe(ctx)
+	_ = e.raft.LeadershipTransfer() // watched through raft's state; see transfer
+	for range updates {
+		if e.raft.State() != raft.Leader {
+			return
 		}
-	case <-timer.C:
+	}
+	if e.raft.State() == raft.Leader {
 		e.log.Warn("closing: leadership handover did not finish within ElectionTimeout", "timeout", e.cfg.ElectionTimeout)
 	}
 }
@@ -279,16 +276,27 @@ func (e *Election) hasOtherVoter() bool {
 	return false
 }
 
-// awaitAsync waits for f in a tracked goroutine and delivers its error on
-// the returned channel (buffered: nobody has to read it).
-func (e *Election) awaitAsync(f raft.Future) <-chan error {
+// wait returns f's error, or ctx's error if ctx ends first, or ErrClosed
+// if Close shuts raft down first. Cancelling stops the wait, not the
+// operation.
+//
+// f.Error is called on a helper goroutine that is not waited for. raft
+// answers every future it accepted before Shutdown returns, with one
+// exception: a future still queued inside raft at that moment (a batch
+// waiting for raft's FSM goroutine, say) is never answered. A helper
+// blocked on such a future would never end, so Close does not wait for the
+// helpers; all others end as soon as raft answers.
+func (e *Election) wait(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
-	e.futures.Add(1)
-	go func() {
-		defer e.futures.Done()
-		done <- f.Error()
-	}()
-	return done
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.stop:
+		return ErrClosed
+	}
 }
 
 // mainLoopOnly hands raft the configured transport with its heartbeat fast

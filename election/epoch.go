@@ -1,6 +1,7 @@
 package election
 
 import (
+	"context"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -131,7 +132,7 @@ func (e *Election) confirm() bool {
 			return true // already confirmed for the current term
 		}
 		e.unpublish()
-		if err := e.raft.Barrier(0).Error(); err != nil {
+		if err := e.wait(context.Background(), e.raft.Barrier(0)); err != nil {
 			if t, ok := e.tripleRead(); ok && t == t0 {
 				e.log.Debug("barrier failed while leader, will retry", "term", t0, "error", err)
 				return false

@@ -40,10 +40,10 @@ var (
 	// AddVoter or RemoveServer, a nil fn given to Lead.
 	ErrInvalidArgument = errors.New("election: invalid argument")
 
-	// ErrTransfer is returned by Resign and TransferTo when Raft could not
-	// hand leadership over (no other voter, the target did not win within
-	// ElectionTimeout, a transfer already in progress). The Raft error is
-	// wrapped too.
+	// ErrTransfer is returned by Resign when there is no other voter to hand
+	// leadership to, and by Resign and TransferTo when ctx ended while raft's
+	// transfer attempts kept failing (the error then also wraps ctx's error
+	// and names raft's last error).
 	ErrTransfer = errors.New("election: leadership transfer failed")
 )
 
@@ -70,3 +70,5 @@ func (e *NotLeaderError) Error() string {
 func (e *NotLeaderError) Is(target error) bool {
 	return target == ErrNotLeader || (target == ErrNoLeader && e.LeaderID == "")
 }
+
+var _ error = (*NotLeaderError)(nil)

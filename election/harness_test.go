@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,6 +82,9 @@ func newCluster(tb testing.TB, n int) *cluster {
 			}
 		}
 		c.check.verify(tb)
+		if tb.Failed() {
+			c.check.dumpLog(tb)
+		}
 	})
 	for _, nd := range c.nodes {
 		c.start(nd)
@@ -283,7 +287,11 @@ type checker struct {
 	maxTerm   uint64                     // highest epoch term seen
 	epochs    int                        // epoch sightings
 	errs      []string
+	tail      []string // the last log lines of every node, for a failing test
 }
+
+// tailLines is how many log lines a failing cluster test prints.
+const tailLines = 300
 
 func newChecker(cluster string) *checker {
 	return &checker{
@@ -401,6 +409,28 @@ func (c *checker) logger(node string) hclog.Logger {
 	})
 }
 
+// record keeps the last tailLines log lines.
+func (c *checker) record(p []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, line := range bytes.Split(bytes.TrimSpace(p), []byte("\n")) {
+		if len(line) > 0 {
+			c.tail = append(c.tail, string(line))
+		}
+	}
+	if n := len(c.tail); n > 2*tailLines {
+		c.tail = append(c.tail[:0], c.tail[n-tailLines:]...)
+	}
+}
+
+// dumpLog prints the last log lines of every node.
+func (c *checker) dumpLog(tb testing.TB) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lines := c.tail[max(0, len(c.tail)-tailLines):]
+	tb.Logf("last %d log lines of the cluster:\n%s", len(lines), strings.Join(lines, "\n"))
+}
+
 // wonWriter parses hclog's JSON lines for raft's "election won".
 type wonWriter struct {
 	c    *checker
@@ -410,6 +440,7 @@ type wonWriter struct {
 
 func (w *wonWriter) Write(p []byte) (int, error) {
 	_, _ = w.echo.Write(p)
+	w.c.record(p)
 	for _, line := range bytes.Split(p, []byte("\n")) {
 		if !bytes.Contains(line, []byte(`"election won"`)) {
 			continue
