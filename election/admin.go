@@ -11,10 +11,10 @@ import (
 	"github.com/termfence/termfence/epoch"
 )
 
-// The methods in this file wrap hashicorp/raft futures. Each waits for its
-// future or for ctx, whichever comes first. Cancelling ctx stops the wait,
-// not the operation: a configuration change or leadership transfer already
-// handed to raft may still complete after the method returned ctx.Err().
+// The methods in this file start hashicorp/raft operations and wait for
+// their outcome or for ctx, whichever comes first. Cancelling ctx stops the
+// wait, not the operation: a configuration change or leadership transfer
+// already handed to raft may still complete after the method returned.
 
 // Resign hands leadership to another voter (raft's leadership transfer: the
 // most up-to-date follower wins term+1 without waiting for a timeout) and
@@ -91,8 +91,11 @@ func (e *Election) transfer(ctx context.Context, issue func() raft.Future) error
 			attempts++
 			next.Reset(e.cfg.ElectionTimeout + e.retryInterval())
 		case _, ok := <-updates:
-			if !ok && ctx.Err() == nil {
-				return ErrClosed
+			if !ok {
+				if ctx.Err() == nil {
+					return ErrClosed
+				}
+				updates = nil // ctx ended: the next case returns
 			}
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w (still leader after %d attempts)", ErrTransfer, ctx.Err(), attempts)

@@ -233,3 +233,21 @@ func (iso *isolator) stop() {
 	iso.cancel()
 	iso.wg.Wait()
 }
+
+// TestCrashLeader: the leader's raft and transport stop with no handover;
+// the others elect a newer term; the crashed node restarts on its data dir,
+// remembers its term and follows the new leader.
+func TestCrashLeader(t *testing.T) {
+	c := newCluster(t, 3)
+	ld, ep := c.leader()
+	c.crash(ld)
+	nw, nep := c.leaderAbove(ep.Term, ld)
+	c.start(ld)
+	if term := ld.el.Raft().CurrentTerm(); term < ep.Term {
+		t.Fatalf("%s restarted at term %d, below the term %d it led before the crash", ld.id, term, ep.Term)
+	}
+	waitFor(t, ld.id+" to follow "+nw.id, func() bool {
+		s := ld.el.Status()
+		return s.LeaderID != "" && s.LeaderID != ld.id && s.Term >= nep.Term
+	})
+}
