@@ -152,6 +152,13 @@ func (c *testCluster) checkWriteForwarding() {
 			if status == http.StatusOK && !strings.Contains(reply, fmt.Sprintf(`"term":%d`, ep.Term)) {
 				c.t.Errorf("write via the leader %s: %s; want it stamped with term %d", n, reply, ep.Term)
 			}
+			status, reply, err = post(c.hc, u+"/write", `[1,2]`)
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			if status != http.StatusServiceUnavailable && (status != http.StatusBadRequest || !strings.Contains(reply, "malformed JSON")) {
+				c.t.Errorf("malformed write via the leader %s: %d %s; want 400 naming the malformed JSON", n, status, reply)
+			}
 			continue
 		}
 		want := fmt.Sprintf(`"leader":"%s","leader_http":"%s"`, id, strings.TrimPrefix(c.nodeURL[id], "http://"))
