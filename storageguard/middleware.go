@@ -58,7 +58,7 @@ func Middleware(g *Guard, resource func(*http.Request) string) func(http.Handler
 				refuse(w, r, g, "", err)
 				return
 			}
-			token, err := tokenFrom(r)
+			token, err := TokenFrom(r)
 			res := resource(r)
 			if err == nil {
 				err = ValidateResource(res)

@@ -136,9 +136,11 @@ func HTTPStatus(err error) (int, string) {
 	return http.StatusServiceUnavailable, "fence_unavailable"
 }
 
-// tokenFrom returns the request's one token. Several Fencing-Token headers
-// (or values) are refused: a proxy and a backend could read different ones.
-func tokenFrom(r *http.Request) (string, error) {
+// TokenFrom returns the request's one Fencing-Token header value. A missing
+// or empty header is refused with ErrUnauthenticated; several headers (or
+// values), or one over epoch.MaxTokenLen bytes, with epoch.ErrMalformed: a
+// proxy and a backend could otherwise read different ones.
+func TokenFrom(r *http.Request) (string, error) {
 	vals := r.Header.Values(epoch.Header)
 	switch len(vals) {
 	case 0:
@@ -162,8 +164,30 @@ var errNoToken = errors.New("no " + epoch.Header + " header")
 // refuse writes the JSON Refusal for err. It reads the resource's highest
 // epoch for the body unless the error carries it or the resource is unknown.
 func refuse(w http.ResponseWriter, r *http.Request, g *Guard, resource string, err error) {
+	status, body := RefusalFor(resource, err)
+	if body.Highest == nil && resource != "" && status != http.StatusInternalServerError && status != http.StatusBadRequest {
+		if h, herr := g.Highest(r.Context(), resource); herr == nil && !h.IsZero() {
+			body.Highest = &h
+		}
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", epoch.Header)
+	}
+	writeJSON(w, status, body)
+}
+
+// RefusalFor returns the HTTP status (see HTTPStatus) and the JSON body that
+// the proxy and Middleware answer for err, a refusal or failure from a Guard
+// or a fence, with the presented and highest epochs filled in when err
+// carries them (*StaleError, *ConflictError, *ForeignError). Servers that
+// call Guard.Do or a Fence themselves use it to answer exactly as the proxy
+// does.
+func RefusalFor(resource string, err error) (int, Refusal) {
 	status, code := HTTPStatus(err)
-	body := Refusal{Code: code, Error: err.Error(), Resource: resource}
+	body := Refusal{Code: code, Resource: resource}
+	if err != nil {
+		body.Error = err.Error()
+	}
 	var se *StaleError
 	var ce *ConflictError
 	var fe *ForeignError
@@ -175,15 +199,7 @@ func refuse(w http.ResponseWriter, r *http.Request, g *Guard, resource string, e
 	case errors.As(err, &fe):
 		body.Presented = &fe.Presented
 	}
-	if body.Highest == nil && resource != "" && status != http.StatusInternalServerError && status != http.StatusBadRequest {
-		if h, herr := g.Highest(r.Context(), resource); herr == nil && !h.IsZero() {
-			body.Highest = &h
-		}
-	}
-	if status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", epoch.Header)
-	}
-	writeJSON(w, status, body)
+	return status, body
 }
 
 func writeJSON(w http.ResponseWriter, status int, body Refusal) {
@@ -383,7 +399,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, r, p.guard, "", p.err)
 		return
 	}
-	token, err := tokenFrom(r)
+	token, err := TokenFrom(r)
 	if errors.Is(err, errNoToken) && p.unfencedReads && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		if pv := p.forward(r.Context(), w, r, ""); pv != nil {
 			panic(pv)

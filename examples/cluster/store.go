@@ -193,7 +193,7 @@ func (s *recordStore) count(rec *capture) {
 		}
 	case http.StatusConflict, http.StatusUnauthorized, http.StatusForbidden:
 		s.refused++
-		var ref refusal
+		var ref storageguard.Refusal
 		key := "unauthenticated"
 		if json.Unmarshal(rec.body.Bytes(), &ref) == nil && ref.Presented != nil {
 			key = ref.Presented.String()
@@ -227,73 +227,14 @@ func (c *capture) Write(b []byte) (int, error) {
 	return c.ResponseWriter.Write(b)
 }
 
-// refusal is the JSON body of a refused write: the same fields as
-// storageguard's Middleware writes (so both backends answer alike).
-type refusal struct {
-	Code      string       `json:"code"`
-	Error     string       `json:"error"`
-	Resource  string       `json:"resource,omitempty"`
-	Presented *epoch.Epoch `json:"presented,omitempty"`
-	Highest   *epoch.Epoch `json:"highest,omitempty"`
-}
-
-// refusalStatus maps a Guard or fence error to the contract's status and a
-// machine-readable code: 409 stale or conflicting epoch; 401 missing,
-// malformed or unsigned token; 403 forged signature or another cluster; 400
-// bad resource; 503 anything else (a failing or closed store).
-func refusalStatus(err error) (int, string) {
-	switch {
-	case errors.Is(err, storageguard.ErrStale):
-		return http.StatusConflict, "stale_epoch"
-	case errors.Is(err, storageguard.ErrConflict):
-		return http.StatusConflict, "conflicting_epoch"
-	case errors.Is(err, storageguard.ErrForeignCluster):
-		return http.StatusForbidden, "foreign_cluster"
-	case errors.Is(err, epoch.ErrBadSignature):
-		return http.StatusForbidden, "bad_signature"
-	case errors.Is(err, epoch.ErrUnsigned):
-		return http.StatusUnauthorized, "unsigned_token"
-	case errors.Is(err, storageguard.ErrUnauthenticated):
-		return http.StatusUnauthorized, "unauthenticated"
-	case errors.Is(err, epoch.ErrMalformed):
-		return http.StatusUnauthorized, "malformed_token"
-	case errors.Is(err, storageguard.ErrBadResource):
-		return http.StatusBadRequest, "bad_resource"
-	}
-	return http.StatusServiceUnavailable, "store_unavailable"
-}
-
-// refuseWrite answers a refused or failed write.
+// refuseWrite answers a refused or failed write exactly as storageguard's
+// proxy and Middleware do (so both backends answer alike).
 func refuseWrite(w http.ResponseWriter, resource string, err error) {
-	status, code := refusalStatus(err)
-	body := refusal{Code: code, Error: err.Error(), Resource: resource}
-	var se *storageguard.StaleError
-	var ce *storageguard.ConflictError
-	var fe *storageguard.ForeignError
-	switch {
-	case errors.As(err, &se):
-		body.Presented, body.Highest = &se.Presented, &se.Highest
-	case errors.As(err, &ce):
-		body.Presented, body.Highest = &ce.Presented, &ce.Highest
-	case errors.As(err, &fe):
-		body.Presented = &fe.Presented
-	}
+	status, body := storageguard.RefusalFor(resource, err)
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", epoch.Header)
 	}
 	writeJSON(w, status, body)
-}
-
-// token returns the request's single Fencing-Token value.
-func token(r *http.Request) (string, error) {
-	vals := r.Header.Values(epoch.Header)
-	switch len(vals) {
-	case 0:
-		return "", fmt.Errorf("%w: no %s header", storageguard.ErrUnauthenticated, epoch.Header)
-	case 1:
-		return vals[0], nil
-	}
-	return "", fmt.Errorf("store: %w: %d %s headers, want one", epoch.ErrMalformed, len(vals), epoch.Header)
 }
 
 // accept answers an accepted write.
@@ -305,7 +246,7 @@ func accept(w http.ResponseWriter, ep epoch.Epoch) {
 // authentic, but its epoch is not compared with the highest.
 func (s *recordStore) unfencedWrite(w http.ResponseWriter, r *http.Request) {
 	req := requestOf(r)
-	tok, err := token(r)
+	tok, err := storageguard.TokenFrom(r)
 	var ep epoch.Epoch
 	if err == nil {
 		ep, err = s.guard.Verify(req.Resource, tok)

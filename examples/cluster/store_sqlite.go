@@ -119,7 +119,7 @@ func (b *sqliteBackend) fence() storageguard.Fence { return b.sf }
 func (b *sqliteBackend) fencedWriter(g *storageguard.Guard) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := requestOf(r)
-		tok, err := token(r)
+		tok, err := storageguard.TokenFrom(r)
 		var ep epoch.Epoch
 		if err == nil {
 			ep, err = g.Verify(req.Resource, tok)
