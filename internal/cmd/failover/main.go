@@ -1,27 +1,48 @@
 // Command failover measures how long a three-node termfence cluster takes to
-// hand out a new confirmed epoch after its leader crashes or resigns, side by
+// hand out a new confirmed epoch after its leader dies or resigns, side by
 // side with raw hashicorp/raft wired the plain way, in the same run.
 //
-//	go run ./internal/cmd/failover [-n 50] [-ht 100ms] [-llt 50ms] [-v]
+//	go run ./internal/cmd/failover [-n 50] [-ht 100ms] [-llt 50ms]
+//	    [-scenarios crash,killed,handover] [-json FILE] [-v]
+//	go run ./internal/cmd/failover -healthy 10m [-ht 50ms]
 //
-// Both clusters run on loopback TCP with raft-boltdb stores in a temp dir and
-// the same timeouts (ElectionTimeout = HeartbeatTimeout, LeaderLeaseTimeout =
-// HeartbeatTimeout/2 unless -llt is given). Rounds alternate between the two
-// clusters so both see the same machine conditions.
+// Both clusters run on loopback TCP (hashicorp/raft's NetworkTransport with
+// the settings of transport.NewTCP, over a stream layer that can play a dead
+// host) with raft-boltdb stores in a temp dir and the same timeouts
+// (ElectionTimeout = HeartbeatTimeout, LeaderLeaseTimeout = HeartbeatTimeout/2
+// unless -llt is given). Rounds alternate between the two clusters so both
+// see the same machine conditions.
 //
-// Crash: the leader's raft and transport are shut down with no handover;
-// the clock runs from just before the shutdown until another node holds a
-// confirmed epoch (termfence: its Observe stream reports Leading with a
-// higher term) or is Leader (raw: its LeaderCh says true). The crashed node is
-// then restarted on the same data dir and port, and the cluster settles
-// before the next round.
+// Scenarios, each timed from just before the fault until another node holds
+// a confirmed epoch (termfence: its Observe stream reports Leading with a
+// higher term) or is Leader (raw: its LeaderCh says true with a higher term):
 //
-// Graceful: termfence's Resign against raw raft's LeadershipTransfer, timed
-// the same way.
+//   - crash: the leader's host is gone. Its connections stay open but go
+//     silent and its port answers nothing: peers learn of it only by timing
+//     out. Afterwards the node is shut down and restarted on the same data
+//     dir and port, and the cluster settles before the next round.
+//   - killed: the leader's process dies while its host stays up: raft and
+//     the transport shut down with no handover, every connection closes and
+//     the port refuses. Restarted as for crash.
+//   - handover: termfence's Resign against raw raft's LeadershipTransfer.
+//
+// For crash and killed the command also reports the Raft terms spent per
+// failover (new leader's term minus the old one; 1 is the minimum), and for
+// termfence the time from raft's win to the confirmed epoch when it saw both.
+//
+// -json FILE writes every distribution in the result-file format of
+// docs/PERFORMANCE.md (version 1), from a local struct with the same JSON
+// tags: the perf module that defines the format pulls etcd, which the root
+// module must not depend on.
+//
+// -healthy D runs both clusters for D with no fault while one CPU-burning
+// goroutine per core competes with raft, and reports every term change
+// (each one is an election nobody asked for).
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,8 +51,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -40,43 +64,95 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/termfence/termfence/election"
-	"github.com/termfence/termfence/transport"
+)
+
+const (
+	scCrash    = "crash"
+	scKilled   = "killed"
+	scHandover = "handover"
 )
 
 type params struct {
 	rounds        int
 	ht, et, llt   time.Duration
 	settleTimeout time.Duration
+	scenarios     []string
+	jsonPath      string
+	healthy       time.Duration
 	verbose       bool
 }
 
 func main() {
-	n := flag.Int("n", 50, "rounds of each kind (crash, graceful) per system")
+	n := flag.Int("n", 50, "rounds of each scenario per system")
 	ht := flag.Duration("ht", 100*time.Millisecond, "HeartbeatTimeout (and ElectionTimeout)")
 	llt := flag.Duration("llt", 0, "LeaderLeaseTimeout (0: HeartbeatTimeout/2)")
+	scen := flag.String("scenarios", "crash,killed,handover", "comma-separated scenarios: crash, killed, handover")
+	jsonPath := flag.String("json", "", "write the results to this file (docs/PERFORMANCE.md format)")
+	healthy := flag.Duration("healthy", 0, "instead of failovers: run a healthy cluster this long with every core loaded and count elections")
 	verbose := flag.Bool("v", false, "log termfence's raft and election events to stderr")
 	flag.Parse()
-	p := params{rounds: *n, ht: *ht, et: *ht, llt: *llt, verbose: *verbose}
+	p := params{rounds: *n, ht: *ht, et: *ht, llt: *llt, jsonPath: *jsonPath, healthy: *healthy, verbose: *verbose}
 	if p.llt == 0 {
 		p.llt = p.ht / 2
 	}
+	for _, s := range strings.Split(*scen, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case scCrash, scKilled, scHandover:
+			p.scenarios = append(p.scenarios, s)
+		case "":
+		default:
+			fmt.Fprintf(os.Stderr, "failover: unknown scenario %q\n", s)
+			os.Exit(2)
+		}
+	}
+	if p.rounds < 1 || len(p.scenarios) == 0 {
+		fmt.Fprintln(os.Stderr, "failover: need -n >= 1 and at least one scenario")
+		os.Exit(2)
+	}
 	p.settleTimeout = max(100*p.ht, 10*time.Second)
-	if err := run(p, os.Stdout); err != nil {
+	var err error
+	if p.healthy > 0 {
+		err = runHealthy(p, os.Stdout)
+	} else {
+		err = run(p, os.Stdout)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "failover:", err)
 		os.Exit(1)
 	}
 }
 
+// sample is one failover.
+type sample struct {
+	d     time.Duration
+	terms uint64        // new leader's term minus the old leader's
+	won   time.Duration // termfence: raft win → confirmed epoch; -1 if not seen
+}
+
 // system is one three-node cluster under test.
 type system interface {
-	name() string
-	// crash crashes the leader, returns the time until another node leads,
-	// restarts the crashed node and waits for the cluster to settle.
-	crash() (time.Duration, error)
-	// handover makes the leader step down gracefully and returns the time
-	// until another node leads.
-	handover() (time.Duration, error)
+	name() string // the result file's system name
+	// failover applies the scenario's fault to the leader and returns the
+	// time until another node leads; for crash and killed it then restarts
+	// the node and waits for the cluster to settle.
+	failover(scenario string) (sample, error)
+	// term returns the highest current term of the running nodes and the
+	// leader's ID ("" if none).
+	term() (uint64, string)
 	close() error
+}
+
+func newSystems(p params, dir string) ([]system, error) {
+	tf, err := newTFCluster(p, filepath.Join(dir, "termfence"))
+	if err != nil {
+		return nil, fmt.Errorf("termfence cluster: %w", err)
+	}
+	raw, err := newRawCluster(p, filepath.Join(dir, "raw"))
+	if err != nil {
+		_ = tf.close()
+		return nil, fmt.Errorf("raw raft cluster: %w", err)
+	}
+	return []system{tf, raw}, nil
 }
 
 func run(p params, out io.Writer) error {
@@ -85,60 +161,216 @@ func run(p params, out io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-
-	tf, err := newTFCluster(p, filepath.Join(dir, "termfence"))
+	systems, err := newSystems(p, dir)
 	if err != nil {
-		return fmt.Errorf("termfence cluster: %w", err)
+		return err
 	}
-	defer tf.close()
-	raw, err := newRawCluster(p, filepath.Join(dir, "raw"))
-	if err != nil {
-		return fmt.Errorf("raw raft cluster: %w", err)
-	}
-	defer raw.close()
-	systems := []system{tf, raw}
-
-	fmt.Fprintf(out, "failover: 3 nodes, loopback TCP, raft-boltdb (fsync), HT=%v ET=%v LLT=%v, %d rounds each\n",
-		p.ht, p.et, p.llt, p.rounds)
-	crash := make([][]time.Duration, len(systems))
-	grace := make([][]time.Duration, len(systems))
-	for round := range p.rounds {
-		for i, s := range systems {
-			d, err := s.crash()
-			if err != nil {
-				return fmt.Errorf("%s crash round %d: %w", s.name(), round, err)
-			}
-			crash[i] = append(crash[i], d)
+	defer func() {
+		for _, s := range systems {
+			_ = s.close()
 		}
-	}
-	for round := range p.rounds {
-		for i, s := range systems {
-			d, err := s.handover()
-			if err != nil {
-				return fmt.Errorf("%s graceful round %d: %w", s.name(), round, err)
+	}()
+	started := time.Now().UTC()
+
+	fmt.Fprintf(out, "failover: 3 nodes, loopback TCP, raft-boltdb (fsync), HT=%v ET=%v LLT=%v, %d rounds each; %s\n",
+		p.ht, p.et, p.llt, p.rounds, host())
+	samples := make(map[string][][]sample) // scenario → per system
+	for _, sc := range p.scenarios {
+		samples[sc] = make([][]sample, len(systems))
+		for round := range p.rounds {
+			for i, s := range systems {
+				smp, err := s.failover(sc)
+				if err != nil {
+					return fmt.Errorf("%s %s round %d: %w", s.name(), sc, round, err)
+				}
+				samples[sc][i] = append(samples[sc][i], smp)
 			}
-			grace[i] = append(grace[i], d)
 		}
 	}
 
-	fmt.Fprintf(out, "\n%-44s %9s %9s %9s %9s\n", "time until another node leads", "p50", "p90", "p99", "max")
-	report := func(what string, ds []time.Duration) stats {
-		st := summarize(ds)
-		fmt.Fprintf(out, "%-44s %7.1fms %7.1fms %7.1fms %7.1fms\n", what, ms(st.p50), ms(st.p90), ms(st.p99), ms(st.max))
-		fmt.Fprintf(out, "%-44s %8.2fx %8.2fx %8.2fx %8.2fx\n", "  as a multiple of HT",
-			st.p50.Seconds()/p.ht.Seconds(), st.p90.Seconds()/p.ht.Seconds(), st.p99.Seconds()/p.ht.Seconds(), st.max.Seconds()/p.ht.Seconds())
-		return st
+	var file resultFile
+	file.Version = 1
+	fmt.Fprintf(out, "\n%-36s %8s %8s %8s %8s %8s   %s\n", "time until another node leads", "p50", "p90", "p99", "max", "mean", "terms/failover")
+	for _, sc := range p.scenarios {
+		var p50 [2]time.Duration
+		for i, s := range systems {
+			smp := samples[sc][i]
+			ds := make([]time.Duration, len(smp))
+			var terms uint64
+			for j, x := range smp {
+				ds[j] = x.d
+				terms += x.terms
+			}
+			st := summarize(ds)
+			p50[i] = st.p50
+			tpf := float64(terms) / float64(len(smp))
+			tpfText := "-"
+			if sc != scHandover {
+				tpfText = fmt.Sprintf("%.2f", tpf)
+			}
+			fmt.Fprintf(out, "%-36s %6.1fms %6.1fms %6.1fms %6.1fms %6.1fms   %s\n", sc+": "+s.name(),
+				ms(st.p50), ms(st.p90), ms(st.p99), ms(st.max), ms(mean(ds)), tpfText)
+			fmt.Fprintf(out, "%-36s %7.2fx %7.2fx %7.2fx %7.2fx %7.2fx\n", "  as a multiple of HT",
+				st.p50.Seconds()/p.ht.Seconds(), st.p90.Seconds()/p.ht.Seconds(), st.p99.Seconds()/p.ht.Seconds(),
+				st.max.Seconds()/p.ht.Seconds(), mean(ds).Seconds()/p.ht.Seconds())
+			r := result{
+				System: s.name(), Scenario: sc, HeartbeatTimeoutMS: ms(p.ht), Nodes: 3,
+				Params: map[string]string{
+					"et": p.et.String(), "llt": p.llt.String(), "store": "raft-boltdb", "transport": "loopback TCP",
+				},
+				Host: host(), Started: started,
+			}
+			for _, d := range ds {
+				r.SamplesMS = append(r.SamplesMS, math.Round(ms(d)*1000)/1000)
+			}
+			if sc != scHandover {
+				r.Params["terms_per_failover"] = fmt.Sprintf("%.3f", tpf)
+			}
+			var won []time.Duration
+			for _, x := range smp {
+				if x.won >= 0 {
+					won = append(won, x.won)
+				}
+			}
+			if len(won) > 0 {
+				w := summarize(won)
+				fmt.Fprintf(out, "%-36s %6.1fms %6.1fms %6.1fms %6.1fms %6.1fms   (%d of %d rounds seen)\n", "  raft win → confirmed epoch",
+					ms(w.p50), ms(w.p90), ms(w.p99), ms(w.max), ms(mean(won)), len(won), len(smp))
+				r.Params["win_to_confirmed_p50"] = fmt.Sprintf("%.3fms", ms(w.p50))
+			}
+			file.Results = append(file.Results, r)
+		}
+		fmt.Fprintf(out, "%-36s p50 %.3f\n", "  ratio termfence/raw", ratio(p50[0], p50[1]))
 	}
-	tc := report("crash: termfence (confirmed epoch)", crash[0])
-	rc := report("crash: raw raft (LeaderCh true)", crash[1])
-	tg := report("graceful: termfence Resign (confirmed epoch)", grace[0])
-	rg := report("graceful: raw LeadershipTransfer (LeaderCh)", grace[1])
-	fmt.Fprintf(out, "\nratio termfence/raw  crash: p50 %.3f p90 %.3f max %.3f   graceful: p50 %.3f p90 %.3f max %.3f\n",
-		ratio(tc.p50, rc.p50), ratio(tc.p90, rc.p90), ratio(tc.max, rc.max),
-		ratio(tg.p50, rg.p50), ratio(tg.p90, rg.p90), ratio(tg.max, rg.max))
-	fmt.Fprintf(out, "mean  termfence/raw  crash: %.1fms / %.1fms   graceful: %.1fms / %.1fms\n",
-		ms(mean(crash[0])), ms(mean(crash[1])), ms(mean(grace[0])), ms(mean(grace[1])))
+	if p.jsonPath != "" {
+		if err := writeJSON(p.jsonPath, file); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nwrote %s\n", p.jsonPath)
+	}
 	return nil
+}
+
+// runHealthy runs both clusters with no fault for p.healthy while one
+// goroutine per core burns CPU, and counts term changes and leader changes.
+func runHealthy(p params, out io.Writer) error {
+	dir, err := os.MkdirTemp("", "termfence-healthy-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	systems, err := newSystems(p, dir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, s := range systems {
+			_ = s.close()
+		}
+	}()
+	burners := runtime.NumCPU()
+	fmt.Fprintf(out, "healthy: 3 nodes per system, loopback TCP, raft-boltdb (fsync), HT=%v ET=%v LLT=%v, %v with %d CPU burners (GOMAXPROCS %d); %s\n",
+		p.ht, p.et, p.llt, p.healthy, burners, runtime.GOMAXPROCS(0), host())
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var spins atomic.Uint64
+	for range burners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := uint64(1)
+			for !stop.Load() {
+				for range 1 << 12 {
+					x = x*6364136223846793005 + 1442695040888963407
+				}
+				spins.Add(1)
+			}
+			_ = x
+		}()
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+
+	type track struct {
+		startTerm, lastTerm uint64
+		leader              string
+		leaderChanges       int
+		leaderless          time.Duration
+	}
+	tr := make([]track, len(systems))
+	for i, s := range systems {
+		tr[i].startTerm, tr[i].leader = s.term()
+		tr[i].lastTerm = tr[i].startTerm
+	}
+	tick := 5 * time.Millisecond
+	deadline := time.Now().Add(p.healthy)
+	nextReport := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		time.Sleep(tick) // poll interval
+		for i, s := range systems {
+			term, leader := s.term()
+			if leader == "" {
+				tr[i].leaderless += tick
+			}
+			if leader != "" && leader != tr[i].leader {
+				if tr[i].leader != "" {
+					tr[i].leaderChanges++
+				}
+				tr[i].leader = leader
+			}
+			if term != tr[i].lastTerm {
+				fmt.Fprintf(out, "%s %s: term %d -> %d (leader %q)\n", time.Now().Format("15:04:05.000"), s.name(), tr[i].lastTerm, term, leader)
+				tr[i].lastTerm = term
+			}
+		}
+		if time.Now().After(nextReport) {
+			nextReport = nextReport.Add(time.Minute)
+			fmt.Fprintf(out, "%s still running; burner loops %d\n", time.Now().Format("15:04:05"), spins.Load())
+		}
+	}
+	for i, s := range systems {
+		fmt.Fprintf(out, "%-16s false elections (terms started): %d   leader changes: %d   time without a known leader (polled every %v): %v\n",
+			s.name(), tr[i].lastTerm-tr[i].startTerm, tr[i].leaderChanges, tick, tr[i].leaderless)
+	}
+	return nil
+}
+
+func host() string {
+	return fmt.Sprintf("%s/%s %d CPU %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+}
+
+// resultFile and result mirror perf/results.File and Result (same JSON
+// tags). The root module must not import the perf module, which pulls etcd.
+type resultFile struct {
+	Version int      `json:"version"`
+	Results []result `json:"results"`
+}
+
+type result struct {
+	System             string            `json:"system"`
+	Scenario           string            `json:"scenario"`
+	HeartbeatTimeoutMS float64           `json:"heartbeat_timeout_ms"`
+	LeaseTTLMS         float64           `json:"lease_ttl_ms,omitempty"`
+	SamplesMS          []float64         `json:"samples_ms"`
+	Failures           int               `json:"failures,omitempty"`
+	Nodes              int               `json:"nodes,omitempty"`
+	Label              string            `json:"label,omitempty"`
+	Params             map[string]string `json:"params,omitempty"`
+	Host               string            `json:"host,omitempty"`
+	Started            time.Time         `json:"started,omitzero"`
+}
+
+// writeJSON replaces path with f atomically.
+func writeJSON(path string, f resultFile) error {
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 type stats struct{ p50, p90, p99, max time.Duration }
@@ -188,16 +420,20 @@ func waitUntil(timeout time.Duration, what string, cond func() bool) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // poll interval
 	}
 	return nil
 }
 
-// firstOf runs watch for each index but skip and returns the time the first
-// of them reported. watch must return when ctx ends.
-func firstOf(ctx context.Context, n, skip int, watch func(ctx context.Context, i int) bool) (time.Time, error) {
+// firstOf runs watch for each index but skip and returns the time and value
+// the first of them reported. watch must return when ctx ends.
+func firstOf[T any](ctx context.Context, n, skip int, watch func(ctx context.Context, i int) (T, bool)) (time.Time, T, error) {
+	type hit struct {
+		t time.Time
+		v T
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	got := make(chan time.Time, n)
+	got := make(chan hit, n)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	for i := range n {
@@ -207,16 +443,17 @@ func firstOf(ctx context.Context, n, skip int, watch func(ctx context.Context, i
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if watch(ctx, i) {
-				got <- time.Now()
+			if v, ok := watch(ctx, i); ok {
+				got <- hit{time.Now(), v}
 			}
 		}()
 	}
 	select {
-	case t := <-got:
-		return t, nil
+	case h := <-got:
+		return h.t, h.v, nil
 	case <-ctx.Done():
-		return time.Time{}, errors.New("no new leader in time")
+		var zero T
+		return time.Time{}, zero, errors.New("no new leader in time")
 	}
 }
 
@@ -225,6 +462,7 @@ func firstOf(ctx context.Context, n, skip int, watch func(ctx context.Context, i
 type tfNode struct {
 	id, addr, dir string
 	el            *election.Election
+	host          *hostLayer
 }
 
 type tfCluster struct {
@@ -246,7 +484,7 @@ func newTFCluster(p params, dir string) (*tfCluster, error) {
 	}
 	for _, nd := range c.nodes {
 		if err := c.start(nd); err != nil {
-			c.close()
+			_ = c.close()
 			return nil, err
 		}
 	}
@@ -256,7 +494,10 @@ func newTFCluster(p params, dir string) (*tfCluster, error) {
 func (c *tfCluster) name() string { return "termfence" }
 
 func (c *tfCluster) start(nd *tfNode) error {
-	tr, err := transport.NewTCP(nd.addr, "", transport.Config{Logger: hclog.NewNullLogger()})
+	// A raw NetworkTransport satisfies transport.Transport; election.New
+	// switches its heartbeat fast path off (DESIGN.md I2) as it does for
+	// every transport.
+	tr, hl, err := newHostTransport(nd.addr)
 	if err != nil {
 		return err
 	}
@@ -273,7 +514,7 @@ func (c *tfCluster) start(nd *tfNode) error {
 		_ = tr.Close()
 		return err
 	}
-	nd.el = el
+	nd.el, nd.host = el, hl
 	return nil
 }
 
@@ -287,6 +528,17 @@ func (c *tfCluster) leader() int {
 		}
 	}
 	return -1
+}
+
+func (c *tfCluster) term() (uint64, string) {
+	var t uint64
+	for _, nd := range c.nodes {
+		t = max(t, nd.el.Raft().CurrentTerm())
+	}
+	if i := c.leader(); i >= 0 {
+		return t, c.nodes[i].id
+	}
+	return t, ""
 }
 
 // settle waits until one node holds an epoch and every node follows it.
@@ -305,20 +557,18 @@ func (c *tfCluster) settle() error {
 	})
 }
 
-// timeNewEpoch runs act and returns the time until a node other than the
-// leader holds an epoch newer than the leader's.
-func (c *tfCluster) timeNewEpoch(act func(ld *tfNode) error) (time.Duration, error) {
+func (c *tfCluster) failover(scenario string) (sample, error) {
 	if err := c.settle(); err != nil {
-		return 0, err
+		return sample{}, err
 	}
 	li := c.leader()
 	if li < 0 {
-		return 0, errors.New("no leader")
+		return sample{}, errors.New("no leader")
 	}
 	ld := c.nodes[li]
 	old, err := ld.el.Epoch()
 	if err != nil {
-		return 0, err
+		return sample{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.p.settleTimeout)
 	defer cancel()
@@ -331,62 +581,67 @@ func (c *tfCluster) timeNewEpoch(act func(ld *tfNode) error) (time.Duration, err
 	}
 	t0 := time.Now()
 	if c.p.verbose {
-		fmt.Fprintf(os.Stderr, "%s ---- act on %s (%v)\n", t0.Format("15:04:05.000000"), ld.id, old)
+		fmt.Fprintf(os.Stderr, "%s ---- %s on %s (%v)\n", t0.Format("15:04:05.000000"), scenario, ld.id, old)
 	}
-	if err := act(ld); err != nil {
-		return 0, err
+	switch scenario {
+	case scCrash:
+		ld.host.freeze()
+	case scKilled:
+		err = ld.el.Raft().Shutdown().Error() // raft and transport, no handover
+	case scHandover:
+		go func() { _ = ld.el.Resign(context.Background()) }() // the clock stops on the new epoch, not on Resign's return
 	}
-	t1, err := firstOf(ctx, len(c.nodes), li, func(ctx context.Context, i int) bool {
-		for {
-			select {
-			case <-ctx.Done():
-				return false
-			case l, ok := <-updates[i]:
-				if !ok {
-					return false
-				}
-				if l.Leading() && l.Epoch.Term > old.Term {
-					return true
+	type seen struct {
+		term uint64
+		won  time.Duration
+	}
+	var t1 time.Time
+	var s seen
+	if err == nil {
+		t1, s, err = firstOf(ctx, len(c.nodes), li, func(ctx context.Context, i int) (seen, bool) {
+			var won time.Time
+			for {
+				select {
+				case <-ctx.Done():
+					return seen{}, false
+				case l, ok := <-updates[i]:
+					if !ok {
+						return seen{}, false
+					}
+					if l.Self && l.Term > old.Term && l.Epoch.IsZero() && won.IsZero() {
+						won = time.Now()
+					}
+					if l.Leading() && l.Epoch.Term > old.Term {
+						d := time.Duration(-1)
+						if !won.IsZero() {
+							d = time.Since(won)
+						}
+						return seen{l.Epoch.Term, d}, true
+					}
 				}
 			}
-		}
-	})
-	if err != nil {
-		return 0, err
+		})
 	}
-	return t1.Sub(t0), nil
-}
-
-func (c *tfCluster) crash() (time.Duration, error) {
-	var crashed *tfNode
-	d, err := c.timeNewEpoch(func(ld *tfNode) error {
-		crashed = ld
-		return ld.el.Raft().Shutdown().Error() // raft and transport, no handover
-	})
-	if crashed != nil {
-		if cerr := crashed.el.Close(); cerr != nil && err == nil {
+	if scenario != scHandover {
+		// Close the connections first: raft waits for its goroutines
+		// before it closes the transport, and those blocked on a silent
+		// connection would wait for the RPC timeout.
+		_ = ld.host.Close()
+		if serr := ld.el.Raft().Shutdown().Error(); serr != nil && err == nil {
+			err = serr
+		}
+		if cerr := ld.el.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
-		crashed.el = nil
-		if serr := c.start(crashed); serr != nil && err == nil {
+		ld.el = nil
+		if serr := c.start(ld); serr != nil && err == nil {
 			err = serr
 		}
 	}
 	if err != nil {
-		return 0, err
+		return sample{}, err
 	}
-	return d, c.settle()
-}
-
-func (c *tfCluster) handover() (time.Duration, error) {
-	d, err := c.timeNewEpoch(func(ld *tfNode) error {
-		go func() { _ = ld.el.Resign(context.Background()) }() // the clock stops on the new epoch, not on Resign's return
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	return d, c.settle()
+	return sample{d: t1.Sub(t0), terms: s.term - old.Term, won: s.won}, c.settle()
 }
 
 func (c *tfCluster) close() error {
@@ -406,6 +661,7 @@ type rawNode struct {
 	id, addr, dir string
 	r             *raft.Raft
 	store         *raftboltdb.BoltStore
+	host          *hostLayer
 }
 
 type rawCluster struct {
@@ -427,20 +683,20 @@ func newRawCluster(p params, dir string) (*rawCluster, error) {
 	}
 	for _, nd := range c.nodes {
 		if err := c.start(nd); err != nil {
-			c.close()
+			_ = c.close()
 			return nil, err
 		}
 	}
 	return c, c.settle()
 }
 
-func (c *rawCluster) name() string { return "raw raft" }
+func (c *rawCluster) name() string { return "hashicorp-raft" }
 
 func (c *rawCluster) start(nd *rawNode) error {
 	if err := os.MkdirAll(nd.dir, 0o700); err != nil {
 		return err
 	}
-	trans, err := raft.NewTCPTransport(nd.addr, nil, 3, 10*time.Second, io.Discard)
+	trans, hl, err := newHostTransport(nd.addr)
 	if err != nil {
 		return err
 	}
@@ -482,7 +738,7 @@ func (c *rawCluster) start(nd *rawNode) error {
 		_ = store.Close()
 		return err
 	}
-	nd.r, nd.store = r, store
+	nd.r, nd.store, nd.host = r, store, hl
 	return nil
 }
 
@@ -493,6 +749,17 @@ func (c *rawCluster) leader() int {
 		}
 	}
 	return -1
+}
+
+func (c *rawCluster) term() (uint64, string) {
+	var t uint64
+	for _, nd := range c.nodes {
+		t = max(t, nd.r.CurrentTerm())
+	}
+	if i := c.leader(); i >= 0 {
+		return t, c.nodes[i].id
+	}
+	return t, ""
 }
 
 func (c *rawCluster) settle() error {
@@ -510,15 +777,13 @@ func (c *rawCluster) settle() error {
 	})
 }
 
-// timeNewLeader runs act and returns the time until a node other than the
-// leader reports Leader on its LeaderCh.
-func (c *rawCluster) timeNewLeader(act func(ld *rawNode) error) (time.Duration, error) {
+func (c *rawCluster) failover(scenario string) (sample, error) {
 	if err := c.settle(); err != nil {
-		return 0, err
+		return sample{}, err
 	}
 	li := c.leader()
 	if li < 0 {
-		return 0, errors.New("no leader")
+		return sample{}, errors.New("no leader")
 	}
 	ld := c.nodes[li]
 	oldTerm := ld.r.CurrentTerm()
@@ -533,58 +798,49 @@ func (c *rawCluster) timeNewLeader(act func(ld *rawNode) error) (time.Duration, 
 	ctx, cancel := context.WithTimeout(context.Background(), c.p.settleTimeout)
 	defer cancel()
 	t0 := time.Now()
-	if err := act(ld); err != nil {
-		return 0, err
+	var err error
+	switch scenario {
+	case scCrash:
+		ld.host.freeze()
+	case scKilled:
+		err = ld.r.Shutdown().Error() // also closes the NetworkTransport
+	case scHandover:
+		go func() { _ = ld.r.LeadershipTransfer().Error() }()
 	}
-	t1, err := firstOf(ctx, len(c.nodes), li, func(ctx context.Context, i int) bool {
-		r := c.nodes[i].r
-		for {
-			select {
-			case <-ctx.Done():
-				return false
-			case v := <-r.LeaderCh():
-				if v && r.CurrentTerm() > oldTerm {
-					return true
+	var t1 time.Time
+	var term uint64
+	if err == nil {
+		t1, term, err = firstOf(ctx, len(c.nodes), li, func(ctx context.Context, i int) (uint64, bool) {
+			r := c.nodes[i].r
+			for {
+				select {
+				case <-ctx.Done():
+					return 0, false
+				case v := <-r.LeaderCh():
+					if t := r.CurrentTerm(); v && t > oldTerm {
+						return t, true
+					}
 				}
 			}
-		}
-	})
-	if err != nil {
-		return 0, err
+		})
 	}
-	return t1.Sub(t0), nil
-}
-
-func (c *rawCluster) crash() (time.Duration, error) {
-	var crashed *rawNode
-	d, err := c.timeNewLeader(func(ld *rawNode) error {
-		crashed = ld
-		return ld.r.Shutdown().Error() // also closes the NetworkTransport
-	})
-	if crashed != nil {
-		if cerr := crashed.store.Close(); cerr != nil && err == nil {
+	if scenario != scHandover {
+		_ = ld.host.Close() // see tfCluster.failover
+		if serr := ld.r.Shutdown().Error(); serr != nil && err == nil {
+			err = serr
+		}
+		if cerr := ld.store.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
-		crashed.r, crashed.store = nil, nil
-		if serr := c.start(crashed); serr != nil && err == nil {
+		ld.r, ld.store = nil, nil
+		if serr := c.start(ld); serr != nil && err == nil {
 			err = serr
 		}
 	}
 	if err != nil {
-		return 0, err
+		return sample{}, err
 	}
-	return d, c.settle()
-}
-
-func (c *rawCluster) handover() (time.Duration, error) {
-	d, err := c.timeNewLeader(func(ld *rawNode) error {
-		go func() { _ = ld.r.LeadershipTransfer().Error() }()
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	return d, c.settle()
+	return sample{d: t1.Sub(t0), terms: term - oldTerm, won: -1}, c.settle()
 }
 
 func (c *rawCluster) close() error {
