@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/termfence/termfence/storageguard"
@@ -139,6 +140,44 @@ func benchFile(b *testing.B, open func(b *testing.B, dir string) storageguard.Fe
 			if err := fh.Sync(); err != nil {
 				b.Fatal(err)
 			}
+		}
+	})
+}
+
+// BenchmarkDirSyscalls measures the system calls a same-epoch Dir.Do is
+// made of (flock shared + unlock, one pread of the two slots), and a trivial
+// system call, to show the floor the per-Do cost cannot go below.
+func BenchmarkDirSyscalls(b *testing.B) {
+	fh, err := os.Create(filepath.Join(b.TempDir(), "x"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fh.Close()
+	if _, err := fh.Write(make([]byte, 4608)); err != nil {
+		b.Fatal(err)
+	}
+	fd := int(fh.Fd())
+	b.Run("flock-shared-and-unlock", func(b *testing.B) {
+		for b.Loop() {
+			syscall.Flock(fd, syscall.LOCK_SH)
+			syscall.Flock(fd, syscall.LOCK_UN)
+		}
+	})
+	b.Run("pread-4608", func(b *testing.B) {
+		buf := make([]byte, 4608)
+		for b.Loop() {
+			syscall.Pread(fd, buf, 0)
+		}
+	})
+	b.Run("fstat", func(b *testing.B) {
+		var st syscall.Stat_t
+		for b.Loop() {
+			syscall.Fstat(fd, &st)
+		}
+	})
+	b.Run("getppid", func(b *testing.B) {
+		for b.Loop() {
+			syscall.Getppid()
 		}
 	})
 }

@@ -89,3 +89,59 @@ func TestDirCorruptFile(t *testing.T) {
 		t.Fatal("a corrupt fence file was silently accepted")
 	}
 }
+
+// TestDirTornRaise: a raise rewrites one slot in place; a crash that tears
+// that write leaves the other slot, the previous durable highest, to be read.
+// Raises after the first keep the same inode (no rename).
+func TestDirTornRaise(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	d := openDir(t, dir)
+	for term := uint64(3); term <= 4; term++ {
+		if err := d.Admit(ctx, "r", ep(term, "a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.fence"))
+	if len(files) != 1 {
+		t.Fatalf("fence files: %v", files)
+	}
+	st1, _ := os.Stat(files[0])
+	if err := d.Admit(ctx, "r", ep(5, "a")); err != nil {
+		t.Fatal(err)
+	}
+	st2, _ := os.Stat(files[0])
+	if !os.SameFile(st1, st2) {
+		t.Fatal("a raise after the first replaced the fence file")
+	}
+	d.Close()
+	// Term 5 sits in slot 0 (3: slot 0, 4: slot 1, 5: slot 0). Tear it as a
+	// crash in the middle of writing it would: keep its first bytes, lose the
+	// rest.
+	f, err := os.OpenFile(files[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := make([]byte, 300)
+	for i := range junk {
+		junk[i] = 0xa5
+	}
+	if _, err := f.WriteAt(junk, 20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	d2 := openDir(t, dir)
+	if h, err := d2.Highest(ctx, "r"); err != nil || h != ep(4, "a") {
+		t.Fatalf("Highest after a torn raise = %v, %v; want the previous record %v", h, err, ep(4, "a"))
+	}
+	if err := d2.Admit(ctx, "r", ep(3, "a")); err == nil {
+		t.Fatal("term 3 admitted after a torn raise to 5 (highest durable: 4)")
+	}
+	if err := d2.Admit(ctx, "r", ep(6, "a")); err != nil {
+		t.Fatal(err)
+	}
+	d2.Close()
+	if h, err := openDir(t, dir).Highest(ctx, "r"); err != nil || h != ep(6, "a") {
+		t.Fatalf("Highest after reopen = %v, %v; want %v", h, err, ep(6, "a"))
+	}
+}
