@@ -69,6 +69,11 @@ type SQL struct {
 	closed atomic.Bool
 
 	qInsert, qLock, qSelectShared, qSelectUpdate, qSelectPlain, qUpdate, qCreate string
+
+	// SQLite only: the same-epoch path's two statements, prepared once.
+	// modernc.org/sqlite compiles every unprepared statement anew, which is
+	// most of the cost of the check; pgx caches its statements itself.
+	stLock, stSelect *sql.Stmt
 }
 
 var _ Fence = (*SQL)(nil)
@@ -94,6 +99,13 @@ func OpenSQL(ctx context.Context, db *sql.DB, d Dialect) (*SQL, error) {
 	case Postgres:
 		s.qInsert = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES ($1, $2, $3, $4) ON CONFLICT (resource) DO NOTHING"
 		s.qSelectPlain = "SELECT " + cols + "$1"
+		// FOR SHARE, not an advisory lock: measured, a plain SELECT (no
+		// lock at all), FOR KEY SHARE, and pg_advisory_xact_lock_shared
+		// followed by a SELECT cost the same or more; the check's cost is
+		// its round trip. FOR SHARE is also right under REPEATABLE READ and
+		// SERIALIZABLE (a raise committed after the snapshot fails the lock
+		// with a serialization error, which is retried), where a lock taken
+		// in the transaction's first statement would come after its snapshot.
 		s.qSelectShared = s.qSelectPlain + " FOR SHARE"
 		s.qSelectUpdate = s.qSelectPlain + " FOR UPDATE"
 		s.qUpdate = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
@@ -107,6 +119,23 @@ func OpenSQL(ctx context.Context, db *sql.DB, d Dialect) (*SQL, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("storageguard: create fence table (%s): %w", d, err)
+	}
+	if d == SQLite {
+		err = s.retry(ctx, func() (err error) {
+			if s.stLock == nil {
+				if s.stLock, err = db.PrepareContext(ctx, s.qLock); err != nil {
+					return err
+				}
+			}
+			s.stSelect, err = db.PrepareContext(ctx, s.qSelectShared)
+			return err
+		})
+		if err != nil {
+			if s.stLock != nil {
+				s.stLock.Close()
+			}
+			return nil, fmt.Errorf("storageguard: prepare fence statements (%s): %w", d, err)
+		}
 	}
 	return s, nil
 }
@@ -153,17 +182,23 @@ func (s *SQL) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode
 	case s.d == SQLite:
 		// Take the write lock without changing anything: a raise must not
 		// commit with (or roll back with) a write that is not in tx.
-		if _, err := tx.ExecContext(ctx, s.qLock, key); err != nil {
+		if _, err := tx.StmtContext(ctx, s.stLock).ExecContext(ctx, key); err != nil {
 			return err
 		}
 	}
-	q := s.qSelectShared
-	if mode == exclusive {
-		q = s.qSelectUpdate
+	var row *sql.Row
+	switch {
+	case s.d == SQLite:
+		// One SELECT for every mode: the write lock is already held.
+		row = tx.StmtContext(ctx, s.stSelect).QueryRowContext(ctx, key)
+	case mode == exclusive:
+		row = tx.QueryRowContext(ctx, s.qSelectUpdate, key)
+	default:
+		row = tx.QueryRowContext(ctx, s.qSelectShared, key)
 	}
 	var h epoch.Epoch
 	var term int64
-	switch err := tx.QueryRowContext(ctx, q, key).Scan(&h.Cluster, &term, &h.Leader); {
+	switch err := row.Scan(&h.Cluster, &term, &h.Leader); {
 	case errors.Is(err, sql.ErrNoRows):
 		h = epoch.Epoch{}
 	case err != nil:
@@ -389,9 +424,17 @@ func (s *SQL) Highest(ctx context.Context, resource string) (epoch.Epoch, error)
 	return h, nil
 }
 
-// Close marks the fence closed; it does not close the *sql.DB, which the
-// caller owns. Transactions in progress finish.
+// Close marks the fence closed and releases its prepared statements; it
+// does not close the *sql.DB, which the caller owns. Transactions in
+// progress finish (database/sql prepares a closed statement again for a
+// transaction that still uses it).
 func (s *SQL) Close() error {
-	s.closed.Store(true)
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.stLock != nil {
+		s.stLock.Close()
+		s.stSelect.Close()
+	}
 	return nil
 }
