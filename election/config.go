@@ -64,8 +64,10 @@ type Config struct {
 	Bootstrap []Server
 
 	// HeartbeatTimeout is how long a follower goes without hearing from the
-	// leader before it starts an election (a follower notices a dead leader
-	// between one and three of these after last contact). Zero means
+	// leader before it starts an election. raft alone notices a dead leader
+	// between one and three of these after the last contact; an Election
+	// wakes raft at about one (see the package doc, "Failover timing"),
+	// which needs LeaderLeaseTimeout below HeartbeatTimeout. Zero means
 	// DefaultHeartbeatTimeout (1 s). At least MinTimeout; at least
 	// LeaderLeaseTimeout and at most ElectionTimeout.
 	HeartbeatTimeout time.Duration

@@ -58,4 +58,20 @@
 //   - Cancelling the context of a call that wraps a raft future (Resign,
 //     TransferTo, AddVoter, RemoveServer) stops the wait, not the operation,
 //     which raft may still complete.
+//
+// # Failover timing
+//
+// raft alone notices a dead leader [HT, 3HT) after its last heartbeat (HT
+// is HeartbeatTimeout): its follower timer is re-armed when it fires, not
+// reset on contact. Each Election applies raft's own rule — no contact for
+// HT — on time instead, and wakes raft's follower loop through
+// ReloadConfig; the followers wake one after another so that one of them
+// wins the first vote (see wake.go). This needs LeaderLeaseTimeout below
+// HeartbeatTimeout (raft accepts no lower HeartbeatTimeout than
+// LeaderLeaseTimeout); with the two equal raft's own timing applies. The
+// Election owns raft's HeartbeatTimeout: do not change it through
+// Raft().ReloadConfig. Waking early changes when raft holds an election,
+// never how, and so leaves every guarantee above as it is; it can only cost
+// an election if a live leader goes silent for HT, which raft's own timer
+// would also punish, a little later. Measured figures: docs/PERFORMANCE.md.
 package election

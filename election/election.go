@@ -61,7 +61,7 @@ type Election struct {
 	closeOnce sync.Once
 	closeErr  error
 	stop      chan struct{}  // closed by Close after raft is shut down
-	wg        sync.WaitGroup // drain, work, watch
+	wg        sync.WaitGroup // drain, work, watch, waker
 }
 
 // New validates cfg, opens (or creates) the node's Raft state, bootstraps a
@@ -156,10 +156,11 @@ func New(cfg Config) (*Election, error) {
 	r.RegisterObserver(e.observer)
 	e.hub.publish(e.leadership())
 
-	e.wg.Add(3)
+	e.wg.Add(4)
 	go e.drain()
 	go e.work()
 	go e.watch()
+	go e.waker()
 	poke(e.workCh)
 	pokeWatch(e.watchCh)
 	return e, nil

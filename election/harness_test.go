@@ -24,7 +24,7 @@ import (
 const (
 	testHT  = 50 * time.Millisecond
 	testET  = 50 * time.Millisecond
-	testLLT = 50 * time.Millisecond
+	testLLT = 25 * time.Millisecond
 	// waitLong bounds every wait for a cluster-level condition.
 	waitLong = 10 * time.Second
 	pollTick = 2 * time.Millisecond
