@@ -65,8 +65,11 @@
 // is HeartbeatTimeout): its follower timer is re-armed when it fires, not
 // reset on contact. Each Election applies raft's own rule — no contact for
 // HT — on time instead, and wakes raft's follower loop through
-// ReloadConfig; the followers wake one after another so that one of them
-// wins the first vote (see wake.go). This needs LeaderLeaseTimeout below
+// ReloadConfig; the followers wake one after another, and a follower that
+// is asked for a pre-vote while its own leader is silent wakes at once, so
+// that one of them wins the first vote. A follower whose dial to a silent
+// leader is refused (the process died, the host is up) wakes at
+// LeaderLeaseTimeout instead of HeartbeatTimeout (see wake.go). This needs LeaderLeaseTimeout below
 // HeartbeatTimeout (raft accepts no lower HeartbeatTimeout than
 // LeaderLeaseTimeout); with the two equal raft's own timing applies. The
 // Election owns raft's HeartbeatTimeout: do not change it through

@@ -51,6 +51,11 @@ type Election struct {
 	watchCh  chan raft.Observation // 1-buffered poke for the watcher (also raft's observer channel)
 	observer *raft.Observer
 
+	// preVoteCh receives, without ever blocking raft, a poke for each
+	// pre-vote request raft is asked; the waker reads it (wake.go).
+	preVoteCh  chan raft.Observation
+	preVoteObs *raft.Observer
+
 	// pubTerm is the term of the published (confirmed) epoch, 0 for none.
 	// Only the confirm worker writes it.
 	pubTerm atomic.Uint64
@@ -88,6 +93,7 @@ func New(cfg Config) (*Election, error) {
 		notifyCh:  make(chan bool, notifyBuffer),
 		workCh:    make(chan struct{}, 1),
 		watchCh:   make(chan raft.Observation, 1),
+		preVoteCh: make(chan raft.Observation, 1),
 		stop:      make(chan struct{}),
 	}
 	e.hub.init()
@@ -154,6 +160,11 @@ func New(cfg Config) (*Election, error) {
 		return false
 	})
 	r.RegisterObserver(e.observer)
+	e.preVoteObs = raft.NewObserver(e.preVoteCh, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.RequestPreVoteRequest)
+		return ok
+	})
+	r.RegisterObserver(e.preVoteObs)
 	e.hub.publish(e.leadership())
 
 	e.wg.Add(4)
@@ -232,6 +243,7 @@ func (e *Election) close() error {
 		errs = append(errs, fmt.Errorf("election: raft shutdown: %w", err))
 	}
 	e.raft.DeregisterObserver(e.observer)
+	e.raft.DeregisterObserver(e.preVoteObs)
 	close(e.stop)
 	e.wg.Wait()
 	e.hub.close()

@@ -1,7 +1,11 @@
 package election
 
 import (
+	"context"
+	"errors"
+	"net"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -21,38 +25,67 @@ import (
 // starts an election. The configured value is restored as soon as raft has
 // acted.
 //
-// Staggering. raft's pre-vote is refused by any node that still knows a
-// leader, so a follower that wakes while the others still follow the old
-// leader cannot win: it only gives up its leader, after which it grants
-// pre-votes. Two followers that wake at the same moment both fail and wait
-// an ElectionTimeout. So the followers other than the old leader wake one
-// after the other, in the order of their IDs, wakeGap apart, timed so that
-// the one that can win — the quorum-th, which finds enough voters without a
-// leader (the second of three) — wakes at HeartbeatTimeout after the last
-// contact: one pre-vote and one vote round, no split vote. The earlier ones
-// wake a little before HeartbeatTimeout; that can cost no term while the
-// leader is alive (the leader and the later followers refuse their
-// pre-vote, and the leader's next heartbeat makes them followers again).
-
+// One winner, no split vote. raft's pre-vote is refused by any node that
+// still knows a leader, so the first follower to wake cannot win: it gives
+// up its leader and asks the others for a pre-vote, which they refuse. Two
+// followers that wake within the same millisecond both fail and wait an
+// ElectionTimeout. So:
+//
+//   - The followers other than the old leader wake in the order of their
+//     IDs, wakeSpread apart: more than the spread of their last contacts
+//     (raft's leader heartbeats each follower on its own random [HT/10,
+//     HT/5) timer), so two of them never wake together. The first wakes at
+//     HeartbeatTimeout after its last contact.
+//   - A follower that receives a pre-vote request (raft reports each to
+//     observers) while its own leader has been silent for at least
+//     LeaderLeaseTimeout wakes at once: the sender gave up its leader before
+//     it asked, so this follower's own pre-vote will be granted. For three
+//     nodes that makes the second follower the winner, one one-way delay
+//     after the first woke, with one pre-vote and one vote round. In larger
+//     clusters the later ones are staggered by killedGap.
+//
+// A killed process. When the leader's process dies and its host stays up,
+// its connections close and its port refuses new ones. A follower that has
+// not heard from its leader for longer than any normal heartbeat gap (HT/4)
+// dials the leader's address once. If the dial is refused, nothing listens
+// there any more, and the follower wakes raft at LeaderLeaseTimeout after
+// the last contact instead of HeartbeatTimeout (raft accepts no lower
+// HeartbeatTimeout, so that is the floor), in the same order. A dial that
+// succeeds or times out changes nothing. Only a refused TCP connect counts;
+// addresses that are not host:port (the in-memory transport) are never
+// probed.
+//
 // None of this touches safety: raft runs its own election, in a term it
 // increments on its main goroutine, and I1-I3 are untouched. It can only
-// cost availability, by starting an election while the leader is alive;
-// the rule is raft's own, pre-vote keeps one impatient follower from
-// raising the term, and the failover command's -healthy mode measures it.
+// cost availability, by starting an election while the leader is alive.
+// The rule is raft's own; pre-vote keeps one impatient follower from
+// raising the term (the leader and every follower that still hears from it
+// refuse, and the leader's next heartbeat makes it a follower again); a
+// follower woken by a peer's pre-vote must itself have missed the leader for
+// LeaderLeaseTimeout. The failover command's -healthy mode measures it.
 
 // wakeState is owned by the waker goroutine.
 type wakeState struct {
 	contact  time.Time // the LastContact this episode is about
 	leaderID raft.ServerID
 	probed   bool
-	rank     int // this node's place in the wake order
-	winner   int // the place of the first follower that can win
+	refused  bool      // the leader's port refused a connection
+	peer     time.Time // a pre-vote request arrived (zero: none)
+	rank     int       // this node's place in the wake order
+	winner   int       // the place of the first follower that can win
 	woke     bool
 }
 
-// wakeGap is the delay between consecutive followers' wakes.
-func (e *Election) wakeGap() time.Duration {
-	return max(e.cfg.HeartbeatTimeout/10, 2*time.Millisecond)
+// wakeSpread is the delay between consecutive followers' own wakes: above
+// the spread of their last contacts (HT/5).
+func (e *Election) wakeSpread() time.Duration {
+	return max(e.cfg.HeartbeatTimeout/4, 2*time.Millisecond)
+}
+
+// killedGap staggers the followers woken by a pre-vote in clusters of five
+// or more, so that they do not all ask at once.
+func (e *Election) killedGap() time.Duration {
+	return max(e.cfg.HeartbeatTimeout/50, 2*time.Millisecond)
 }
 
 // lowHeartbeat is the HeartbeatTimeout the waker lowers raft's to: the
@@ -64,7 +97,8 @@ func (e *Election) lowHeartbeat() (time.Duration, bool) {
 	return low, low < e.cfg.HeartbeatTimeout
 }
 
-// waker runs wakeStep until Close.
+// waker runs wakeStep until Close, after each timer and each pre-vote
+// request raft reports.
 func (e *Election) waker() {
 	defer e.wg.Done()
 	if _, ok := e.lowHeartbeat(); !ok {
@@ -78,6 +112,17 @@ func (e *Election) waker() {
 		case <-e.stop:
 			return
 		case <-t.C:
+		case <-e.preVoteCh:
+			if st.peer.IsZero() {
+				st.peer = time.Now()
+				e.log.Debug("wake: pre-vote request seen", "since-last-contact", time.Since(e.raft.LastContact()))
+			}
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
 		}
 		t.Reset(e.wakeStep(&st))
 	}
@@ -93,26 +138,41 @@ func (e *Election) wakeStep(st *wakeState) time.Duration {
 	}
 	lc := e.raft.LastContact()
 	leaderAddr, leaderID := e.raft.LeaderWithID()
-	if lc.IsZero() || (leaderID == "" && !st.probed) || leaderID == raft.ServerID(e.cfg.ID) {
+	if lc.IsZero() || (leaderID == "" && st.contact.IsZero()) || leaderID == raft.ServerID(e.cfg.ID) {
+		st.peer = time.Time{}
 		return ht / 4 // no leader heard of yet (raft's own timer handles a fresh start)
 	}
 	if !lc.Equal(st.contact) {
+		peer := st.peer
 		*st = wakeState{contact: lc, leaderID: leaderID}
+		if peer.After(lc) {
+			st.peer = peer
+		}
 	}
 	if st.woke {
 		return ht / 4 // raft was told; its own timers take it from here
 	}
 	since := time.Since(lc)
 	probeAt := ht / 4
-	if since < probeAt {
+	if since < probeAt && st.peer.IsZero() {
 		return probeAt - since
 	}
 	if !st.probed {
 		st.probed = true
-		_ = leaderAddr
+		if since >= probeAt {
+			st.refused = e.refused(string(leaderAddr))
+		}
 		st.rank, st.winner = e.wakeRank(st.leaderID)
 	}
-	at := max(ht+time.Duration(st.rank-st.winner)*e.wakeGap(), e.cfg.LeaderLeaseTimeout)
+	floor := e.cfg.LeaderLeaseTimeout
+	at := ht + time.Duration(st.rank)*e.wakeSpread()
+	if st.refused {
+		at = max(floor, probeAt) + time.Duration(st.rank)*e.wakeSpread()
+	}
+	if !st.peer.IsZero() {
+		gap := time.Duration(max(st.rank-st.winner, 0)) * e.killedGap()
+		at = min(at, max(st.peer.Sub(lc), floor)+gap)
+	}
 	if since < at {
 		return at - since
 	}
@@ -144,6 +204,30 @@ func (e *Election) wakeRank(leader raft.ServerID) (rank, winner int) {
 	rank = max(slices.Index(ids, e.cfg.ID), 0)
 	winner = min(voters/2, len(ids)-1) // quorum voters/2+1, less this node
 	return rank, max(winner, 0)
+}
+
+// refused dials addr once and reports whether the connection was refused:
+// nothing listens there, so the leader's process is gone.
+func (e *Election) refused(addr string) bool {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.HeartbeatTimeout/4)
+	defer cancel()
+	go func() { // Close cuts the dial short
+		select {
+		case <-e.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		_ = c.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // wakeRaft makes raft's follower loop check its last contact now: it lowers
