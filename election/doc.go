@@ -14,8 +14,9 @@
 //
 //   - An epoch is handed out only by the node that won the election for
 //     that term (DESIGN.md I1). On every leadership signal (raft's NotifyCh,
-//     drained by a goroutine that never blocks raft) the node commits a
-//     Barrier and then does the triple read — CurrentTerm, State == Leader,
+//     drained by a goroutine that never blocks raft) the node waits until an
+//     entry of its new term is committed (raft's own no-op; a Barrier if
+//     that takes longer than ElectionTimeout) and then does the triple read — CurrentTerm, State == Leader,
 //     CurrentTerm, both equal — before it publishes the term. The term is
 //     never read after the fact from LeaderCh, which would let a node that
 //     has just stepped down hand out the next leader's term.

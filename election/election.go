@@ -43,6 +43,7 @@ type Election struct {
 	log       hclog.Logger
 	raft      *raft.Raft
 	bolt      *raftboltdb.BoltStore // nil when InMemory
+	logs      raft.LogStore         // the store raft appends to (confirm reads it)
 	localAddr string
 
 	notifyCh chan bool             // raft's Config.NotifyCh
@@ -102,6 +103,7 @@ func New(cfg Config) (*Election, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.logs = logs
 	closeStores := func() {
 		if e.bolt != nil {
 			_ = e.bolt.Close()

@@ -113,9 +113,9 @@ func (e *Election) retryInterval() time.Duration {
 	return max(e.cfg.HeartbeatTimeout/10, MinTimeout)
 }
 
-// confirm publishes the current term if this node won it and has committed
-// a Barrier in it, and withdraws the published term otherwise. It returns
-// false if it should be retried later.
+// confirm publishes the current term if this node won it and has seen an
+// entry of that term committed, and withdraws the published term otherwise.
+// It returns false if it should be retried later.
 func (e *Election) confirm() bool {
 	for {
 		select {
@@ -132,23 +132,77 @@ func (e *Election) confirm() bool {
 			return true // already confirmed for the current term
 		}
 		e.unpublish()
-		if err := e.wait(context.Background(), e.raft.Barrier(0)); err != nil {
-			if t, ok := e.tripleRead(); ok && t == t0 {
-				e.log.Debug("barrier failed while leader, will retry", "term", t0, "error", err)
-				return false
+		committed, stillLeader := e.awaitOwnCommit(t0)
+		if !committed && stillLeader {
+			if err := e.wait(context.Background(), e.raft.Barrier(0)); err != nil {
+				if t, ok := e.tripleRead(); ok && t == t0 {
+					e.log.Debug("barrier failed while leader, will retry", "term", t0, "error", err)
+					return false
+				}
+				continue // leadership changed; look again
 			}
-			continue // leadership changed; look again
 		}
 		t1, ok := e.tripleRead()
 		if !ok || t1 != t0 {
 			// Stepped down between the win and here (or lost and won a
-			// newer term, which needs its own Barrier): never publish t0.
+			// newer term, which needs its own commit): never publish t0.
 			continue
 		}
 		e.pubTerm.Store(t1)
 		e.log.Info("epoch confirmed", "cluster", e.cfg.Cluster, "term", t1, "leader", e.cfg.ID)
 		pokeWatch(e.watchCh)
 		return true
+	}
+}
+
+// commitPoll is how often awaitOwnCommit looks at raft's commit index.
+const commitPoll = 200 * time.Microsecond
+
+// awaitOwnCommit waits until raft's commit index reaches an entry of term
+// t0 while this node leads t0. committed reports that it did; stillLeader
+// that this node still leads t0 (when committed is false: it gave up after
+// ElectionTimeout, and the caller falls back to a Barrier).
+//
+// Why this is the Barrier's proof, one entry earlier: on entering the
+// leader state raft appends a no-op entry in its new term and replicates it
+// (raft.go runLeader, "noop"), and a leader's commit index only ever
+// advances to an index of its own term (commitment.go: matched >=
+// startIndex, the first index of the term). A Barrier is confirmed by
+// exactly the same thing — a committed entry of term t0, which a quorum
+// accepted from this node as leader of t0 — it is just one more entry
+// after the no-op. So if the entry at raft's commit index has term t0, a
+// quorum has stored an entry this node appended as leader of t0: the
+// Barrier would prove nothing more, and waiting for it costs another
+// fsync and round trip. The triple read that follows, as after a Barrier,
+// checks that this node still leads t0 at the moment of publishing; since a
+// node enters Leader only in a term it has just won, leading t0 then means
+// it led t0 without a break since the win, so the commit index it read was
+// this leader's own (a follower's commit index, which a later leader may
+// advance over a t0 entry, is never trusted: that node fails the triple
+// read). TestStepDownBeforePublish fails if the wait is skipped or if an
+// older term's commit is accepted.
+func (e *Election) awaitOwnCommit(t0 uint64) (committed, stillLeader bool) {
+	deadline := time.Now().Add(e.cfg.ElectionTimeout)
+	tick := time.NewTicker(commitPoll)
+	defer tick.Stop()
+	for {
+		if t, ok := e.tripleRead(); !ok || t != t0 {
+			return false, false
+		}
+		if ci := e.raft.CommitIndex(); ci > 0 {
+			var l raft.Log
+			if err := e.logs.GetLog(ci, &l); err == nil && l.Term == t0 {
+				return true, true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false, true
+		}
+		select {
+		case <-e.stop:
+			return false, false
+		case <-tick.C: // poll interval
+		}
 	}
 }
 
