@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Reproduces the failover figures of docs/PERFORMANCE.md on this machine:
-# termfence and raw hashicorp/raft at HeartbeatTimeout 100 ms and 50 ms, etcd's
-# election at its default and at its shortest lease TTL, then the table (stdout)
-# and docs/failover.png. Result files go to docs/results/ (override with OUT=DIR).
+# termfence and raw hashicorp/raft at HeartbeatTimeout 100 ms and 50 ms (crash:
+# host gone; killed: process dead, host up; handover), etcd's election at its
+# default and at its shortest lease TTL, then the table (stdout) and
+# docs/failover.png. Result files go to docs/results/ (override with OUT=DIR).
 #
 #   ./perf/run.sh            # N=20 rounds per scenario
 #   N=50 ./perf/run.sh
 #   SKIP_TERMFENCE=1 ./perf/run.sh   # etcd only; report from the files already in OUT
+#   SKIP_ETCD=1 ./perf/run.sh        # termfence/raw only; etcd rows from the files in OUT
+#   HEALTHY=10m ./perf/run.sh        # also count elections on a healthy, CPU-loaded cluster
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,15 +18,22 @@ n="${N:-20}"
 mkdir -p "$out"
 
 if [[ -z "${SKIP_TERMFENCE:-}" ]]; then
-	# Needs the failover command's -json FILE flag (format: docs/PERFORMANCE.md).
+	# Format of the -json files: docs/PERFORMANCE.md, "Result files".
 	(cd "$root" && go run ./internal/cmd/failover -n "$n" -ht 100ms -json "$out/termfence-ht100ms.json")
 	(cd "$root" && go run ./internal/cmd/failover -n "$n" -ht 50ms -json "$out/termfence-ht50ms.json")
 fi
 
+if [[ -n "${HEALTHY:-}" ]]; then
+	# No fault, one CPU burner per core: every term change is a false election.
+	(cd "$root" && go run ./internal/cmd/failover -healthy "$HEALTHY" -ht 50ms)
+fi
+
 cd "$root/perf"
-# etcd defaults (heartbeat 100 ms, election 1 s): WithTTL(1) is granted 2 s.
-go run ./cmd/etcdfailover -n "$n" -json "$out/etcd-ttl2s.json"
-# election-timeout 500 ms: the server's minimum lease TTL drops to 1 s.
-go run ./cmd/etcdfailover -n "$n" -election-timeout 500 -json "$out/etcd-ttl1s.json"
+if [[ -z "${SKIP_ETCD:-}" ]]; then
+	# etcd defaults (heartbeat 100 ms, election 1 s): WithTTL(1) is granted 2 s.
+	go run ./cmd/etcdfailover -n "$n" -json "$out/etcd-ttl2s.json"
+	# election-timeout 500 ms: the server's minimum lease TTL drops to 1 s.
+	go run ./cmd/etcdfailover -n "$n" -election-timeout 500 -json "$out/etcd-ttl1s.json"
+fi
 
 go run ./cmd/perfreport -png "$root/docs/failover.png" "$out"/*.json
