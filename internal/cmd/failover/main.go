@@ -85,6 +85,7 @@ type params struct {
 	jsonPath      string
 	healthy       time.Duration
 	verbose       bool
+	burners       int
 	// counts, when set, receives both clusters' raft logs (-healthy).
 	counts map[string]*logCounter
 }
@@ -97,12 +98,13 @@ func main() {
 	jsonPath := flag.String("json", "", "write the results to this file (docs/PERFORMANCE.md format)")
 	healthy := flag.Duration("healthy", 0, "instead of failovers: run a healthy cluster this long with every core loaded and count elections")
 	verbose := flag.Bool("v", false, "log termfence's raft and election events to stderr")
+	burners := flag.Int("burners", runtime.NumCPU(), "with -healthy: CPU-burning processes to run (default one per core)")
 	burn := flag.Bool("burn", false, "internal: burn one CPU until killed (the -healthy load)")
 	flag.Parse()
 	if *burn {
 		burnCPU()
 	}
-	p := params{rounds: *n, ht: *ht, et: *ht, llt: *llt, jsonPath: *jsonPath, healthy: *healthy, verbose: *verbose}
+	p := params{burners: *burners, rounds: *n, ht: *ht, et: *ht, llt: *llt, jsonPath: *jsonPath, healthy: *healthy, verbose: *verbose}
 	if p.llt == 0 {
 		p.llt = p.ht / 2
 	}
@@ -280,7 +282,7 @@ func runHealthy(p params, out io.Writer) error {
 			_ = s.close()
 		}
 	}()
-	burners := runtime.NumCPU()
+	burners := p.burners
 	fmt.Fprintf(out, "healthy: 3 nodes per system, loopback TCP, raft-boltdb (fsync), HT=%v ET=%v LLT=%v, %v with %d CPU-burning processes; %s\n",
 		p.ht, p.et, p.llt, p.healthy, burners, host())
 	exe, err := os.Executable()
