@@ -11,44 +11,68 @@ import (
 func TestAddVoterRemoveServer(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	ld, _ := c.leader()
-	var follower *node
-	for _, nd := range c.nodes {
-		if nd != ld {
-			follower = nd
-			break
-		}
-	}
-	waitFor(t, "the follower to know the leader", func() bool { return follower.el.Status().LeaderID == ld.id })
-
 	n4 := c.join("n4")
 
 	// On a follower: ErrNotLeader, naming the leader so callers can forward.
-	err := follower.el.AddVoter(ctx, "n4", "n4")
-	var nl *NotLeaderError
-	if !errors.As(err, &nl) || !errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) {
-		t.Fatalf("AddVoter on a follower: %v, want *NotLeaderError", err)
+	// The test timeouts are short, so an election may fall between finding
+	// the leader and asking a follower; then the follower knows no leader
+	// (ErrNoLeader) or names the new one, and the check is repeated.
+	waitFor(t, "a follower's refusal to name the current leader", func() bool {
+		ld, _ := c.leader()
+		var follower *node
+		for _, nd := range c.nodes {
+			if nd != ld && nd.up {
+				follower = nd
+				break
+			}
+		}
+		err := follower.el.AddVoter(ctx, "n4", "n4")
+		if errors.Is(err, ErrNoLeader) {
+			return false
+		}
+		var nl *NotLeaderError
+		if !errors.As(err, &nl) || !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("AddVoter on follower %s: %v, want *NotLeaderError", follower.id, err)
+		}
+		if err := follower.el.RemoveServer(ctx, "n4"); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("RemoveServer on follower %s: %v, want ErrNotLeader", follower.id, err)
+		}
+		if _, err := ld.el.Epoch(); err != nil {
+			return false // leadership moved meanwhile: ask again
+		}
+		return nl.LeaderID == ld.id && nl.LeaderAddr == ld.id
+	})
+
+	// On the leader (whichever node leads when asked).
+	onLeader := func(what string, op func(nd *node) error) *node {
+		var done *node
+		waitFor(t, what, func() bool {
+			ld, _ := c.leader()
+			err := op(ld)
+			if errors.Is(err, ErrNotLeader) {
+				return false
+			}
+			if err != nil {
+				t.Fatalf("%s on leader %s: %v", what, ld.id, err)
+			}
+			done = ld
+			return true
+		})
+		return done
 	}
-	if nl.LeaderID != ld.id || nl.LeaderAddr != ld.id {
-		t.Fatalf("NotLeaderError names %s at %s, want %s", nl.LeaderID, nl.LeaderAddr, ld.id)
-	}
-	if err := follower.el.RemoveServer(ctx, "n4"); !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("RemoveServer on a follower: %v, want ErrNotLeader", err)
-	}
+	ld, _ := c.leader()
 	if err := ld.el.AddVoter(ctx, "bad id", "x"); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("AddVoter with a bad ID: %v, want ErrInvalidArgument", err)
 	}
-
-	if err := ld.el.AddVoter(ctx, "n4", "n4"); err != nil {
-		t.Fatalf("AddVoter(n4): %v", err)
-	}
-	waitFor(t, "n4 to follow the leader", func() bool { return n4.el.Status().LeaderID == ld.id })
-	if !hasServer(t, ld, "n4") {
-		t.Fatal("n4 is not in the configuration after AddVoter")
-	}
-	if err := ld.el.RemoveServer(ctx, "n4"); err != nil {
-		t.Fatalf("RemoveServer(n4): %v", err)
-	}
+	onLeader("AddVoter(n4)", func(nd *node) error { return nd.el.AddVoter(ctx, "n4", "n4") })
+	waitFor(t, "n4 to follow a leader", func() bool { return n4.el.Status().LeaderID != "" })
+	ld = onLeader("n4 in the leader's configuration", func(nd *node) error {
+		if !hasServer(t, nd, "n4") {
+			return ErrNotLeader // not yet: look again
+		}
+		return nil
+	})
+	ld = onLeader("RemoveServer(n4)", func(nd *node) error { return nd.el.RemoveServer(ctx, "n4") })
 	if hasServer(t, ld, "n4") {
 		t.Fatal("n4 is still in the configuration after RemoveServer")
 	}
