@@ -11,6 +11,8 @@
 //     processes sharing a disk.
 //   - OpenSQL: a table in SQLite or PostgreSQL; SQL.Tx makes the check part
 //     of the application's own transaction.
+//   - package pgfence: the same PostgreSQL table through a pgx pool; its Tx
+//     sends the check with BEGIN, so it costs no round trip of its own.
 //
 // # Guarantees
 //

@@ -1,0 +1,346 @@
+package pgfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard"
+)
+
+// The table is storageguard.SQL's PostgreSQL table: both fences may guard
+// the same resources at once.
+const (
+	qCreate       = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BYTEA PRIMARY KEY, cluster TEXT NOT NULL, term BIGINT NOT NULL, leader TEXT NOT NULL)"
+	qInsert       = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES ($1, $2, $3, $4) ON CONFLICT (resource) DO NOTHING"
+	qSelect       = "SELECT cluster, term, leader FROM termfence_fence WHERE resource = $1"
+	qSelectShared = qSelect + " FOR SHARE"
+	qSelectUpdate = qSelect + " FOR UPDATE"
+	qUpdate       = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
+)
+
+// maxAttempts bounds the attempts of a transaction that fails with a
+// serialization failure or a deadlock.
+const maxAttempts = 10
+
+// Fence is a durable storageguard.Fence in a PostgreSQL table, used through
+// a pgx connection pool. Its Tx runs a function in the transaction that
+// checks (and, if newer, raises) the epoch, and the check travels with
+// BEGIN: a same-epoch Tx costs the round trips of the caller's own
+// statements plus BEGIN and COMMIT, as the same transaction unguarded does.
+//
+// Transactions under the current epoch hold the fence row FOR SHARE and run
+// concurrently; a raise holds it FOR UPDATE, so it waits for them, and
+// afterwards they are refused.
+type Fence struct {
+	pool   *pgxpool.Pool
+	closed atomic.Bool
+}
+
+var _ storageguard.Fence = (*Fence)(nil)
+
+// Open returns a fence over pool, creating its table (termfence_fence, in
+// the first schema of the connections' search_path) if missing. The caller
+// keeps ownership of pool: Close does not close it.
+func Open(ctx context.Context, pool *pgxpool.Pool) (*Fence, error) {
+	if pool == nil {
+		return nil, errors.New("pgfence: Open: nil pool")
+	}
+	f := &Fence{pool: pool}
+	err := retry(ctx, func() error {
+		_, err := pool.Exec(ctx, qCreate)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgfence: create fence table: %w", err)
+	}
+	return f, nil
+}
+
+// errNeedRaise: a shared attempt found ep newer than the highest; the
+// caller raises under FOR UPDATE and tries again.
+var errNeedRaise = errors.New("pgfence: raise needed")
+
+// attempt runs one transaction: begin and lock and read the fence row in
+// one round trip (FOR SHARE, or, exclusive, create the row if missing and
+// lock it FOR UPDATE), decide, raise if exclusive, run fn, commit.
+func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, exclusive bool, opts pgx.TxOptions, fn func(pgx.Tx) error) (err error) {
+	key := []byte(resource)
+	var b pgx.Batch
+	b.BeginTx(opts)
+	if exclusive {
+		// The first epoch of a resource is always a raise (Decide on a
+		// zero highest): inserting it is that raise, committed with the
+		// rest.
+		b.Queue(qInsert, key, ep.Cluster, int64(ep.Term), ep.Leader)
+		b.Queue(qSelectUpdate, key)
+	} else {
+		b.Queue(qSelectShared, key)
+	}
+	br := f.pool.SendBatch(ctx, &b)
+	tx := br.Tx()
+	committed := false
+	defer func() {
+		if !committed {
+			// Also on a panic in fn: never leave the row locked or the
+			// pool's connection held.
+			tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	h, err := readBatch(br, exclusive)
+	if err != nil {
+		return err
+	}
+	d, err := storageguard.Decide(resource, h, ep)
+	if err != nil {
+		return err
+	}
+	if d.Raise {
+		if !exclusive {
+			// Never upgrade FOR SHARE to FOR UPDATE in one transaction:
+			// two raisers doing so deadlock. Start over exclusively.
+			return errNeedRaise
+		}
+		if _, err := tx.Exec(ctx, qUpdate, ep.Cluster, int64(ep.Term), ep.Leader, key); err != nil {
+			return err
+		}
+	}
+	if fn != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+	}
+	committed = true
+	return tx.Commit(ctx)
+}
+
+// readBatch reads an attempt's batch: BEGIN, the INSERT if exclusive, and
+// the fence row (the zero epoch if there is none).
+func readBatch(br pgx.BatchResults, exclusive bool) (epoch.Epoch, error) {
+	defer br.Close()
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return epoch.Epoch{}, err
+	}
+	if exclusive {
+		if _, err := br.Exec(); err != nil {
+			return epoch.Epoch{}, err
+		}
+	}
+	var h epoch.Epoch
+	var term int64
+	switch err := br.QueryRow().Scan(&h.Cluster, &term, &h.Leader); {
+	case errors.Is(err, pgx.ErrNoRows):
+		h = epoch.Epoch{}
+	case err != nil:
+		return epoch.Epoch{}, err
+	default:
+		h.Term = uint64(term)
+	}
+	return h, br.Close()
+}
+
+// run drives attempts: exclusive when a raise is needed (committed alone
+// first unless raiseInTx), retrying serialization failures and deadlocks
+// with backoff.
+func (f *Fence) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInTx bool, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	if f.closed.Load() {
+		return storageguard.ErrClosed
+	}
+	if _, err := storageguard.Decide(resource, epoch.Epoch{}, ep); err != nil {
+		return err
+	}
+	if ep.Term > math.MaxInt64 {
+		return fmt.Errorf("pgfence: %w: term %d does not fit the fence's BIGINT", epoch.ErrMalformed, ep.Term)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	exclusive := false
+	for attempts := 0; ; {
+		var err error
+		if exclusive && !raiseInTx {
+			// Commit the raise alone, so it is durable before fn runs.
+			if err = f.attempt(ctx, resource, ep, true, pgx.TxOptions{}, nil); err == nil {
+				exclusive = false
+				continue
+			}
+		} else {
+			err = f.attempt(ctx, resource, ep, exclusive, opts, fn)
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, errNeedRaise):
+			exclusive = true
+			continue
+		case retryable(err):
+			attempts++
+			if attempts >= maxAttempts {
+				return fmt.Errorf("pgfence: gave up after %d attempts: %w", attempts, err)
+			}
+			if err := backoff(ctx, attempts); err != nil {
+				return err
+			}
+			continue
+		}
+		return err
+	}
+}
+
+// Tx runs fn in one transaction with the check of ep for resource and, if
+// ep is newer than the highest, its raise; BEGIN and the check share one
+// round trip. If fn returns an error, or the commit fails, the transaction
+// rolls back, raise included. fn may run more than once: a transaction that
+// fails with a serialization failure or a deadlock is retried (a bounded
+// number of times, with backoff), so fn must have no effects outside tx.
+// Refusals (storageguard.ErrStale, ErrConflict, ErrForeignCluster, …) are
+// returned without calling fn.
+//
+// Under READ COMMITTED (PostgreSQL's default) a transaction waiting behind
+// a raise sees the raised row and is refused; stricter levels fail it with
+// a serialization error, which is retried and then refused.
+func (f *Fence) Tx(ctx context.Context, resource string, ep epoch.Epoch, fn func(pgx.Tx) error) error {
+	return f.TxWith(ctx, resource, ep, pgx.TxOptions{}, fn)
+}
+
+// ErrReadOnly is returned by TxWith for read-only options: the check locks
+// the fence row, which PostgreSQL refuses in a read-only transaction (and a
+// transaction that writes nothing needs no fence).
+var ErrReadOnly = errors.New("pgfence: a read-only transaction cannot hold the fence")
+
+// TxWith is Tx with the transaction's options (isolation level,
+// deferrable mode, …); read-only access fails with ErrReadOnly.
+func (f *Fence) TxWith(ctx context.Context, resource string, ep epoch.Epoch, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	if fn == nil {
+		return errors.New("pgfence: Tx: nil fn")
+	}
+	if opts.AccessMode == pgx.ReadOnly {
+		return ErrReadOnly
+	}
+	return f.run(ctx, resource, ep, true, opts, fn)
+}
+
+// Do implements storageguard.Fence.Do. A raise is committed in a
+// transaction of its own first, so it is durable before write runs; write
+// then runs while a second transaction holds the fence row FOR SHARE, so no
+// newer epoch is admitted until write returns. write gets ctx, not the
+// transaction: to write to the same database in the same transaction as
+// the check, use Tx. write runs at most once, and Do then returns write's
+// error.
+func (f *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
+	if write == nil {
+		return f.Admit(ctx, resource, ep)
+	}
+	ran := false
+	var werr error
+	err := f.run(ctx, resource, ep, false, pgx.TxOptions{}, func(pgx.Tx) error {
+		if ran {
+			// A retried attempt: write already ran under the lock.
+			return nil
+		}
+		ran = true
+		werr = write(ctx)
+		return werr
+	})
+	if ran {
+		return werr
+	}
+	return err
+}
+
+// Admit implements storageguard.Fence.Admit.
+func (f *Fence) Admit(ctx context.Context, resource string, ep epoch.Epoch) error {
+	return f.run(ctx, resource, ep, false, pgx.TxOptions{}, nil)
+}
+
+// Check implements storageguard.Fence.Check.
+func (f *Fence) Check(ctx context.Context, resource string, ep epoch.Epoch) error {
+	h, err := f.Highest(ctx, resource)
+	if err != nil {
+		return err
+	}
+	_, err = storageguard.Decide(resource, h, ep)
+	return err
+}
+
+// Highest implements storageguard.Fence.Highest.
+func (f *Fence) Highest(ctx context.Context, resource string) (epoch.Epoch, error) {
+	if f.closed.Load() {
+		return epoch.Epoch{}, storageguard.ErrClosed
+	}
+	if err := storageguard.ValidateResource(resource); err != nil {
+		return epoch.Epoch{}, err
+	}
+	var h epoch.Epoch
+	var term int64
+	err := retry(ctx, func() error {
+		return f.pool.QueryRow(ctx, qSelect, []byte(resource)).Scan(&h.Cluster, &term, &h.Leader)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return epoch.Epoch{}, nil
+	}
+	if err != nil {
+		return epoch.Epoch{}, fmt.Errorf("pgfence: read fence row: %w", err)
+	}
+	h.Term = uint64(term)
+	return h, nil
+}
+
+// Close marks the fence closed: later calls return storageguard.ErrClosed.
+// It does not close the pool, which the caller owns; transactions in
+// progress finish.
+func (f *Fence) Close() error {
+	f.closed.Store(true)
+	return nil
+}
+
+// retry runs op, retrying serialization failures and deadlocks.
+func retry(ctx context.Context, op func() error) error {
+	for attempts := 1; ; attempts++ {
+		err := op()
+		if err == nil || !retryable(err) || attempts >= maxAttempts {
+			return err
+		}
+		if err := backoff(ctx, attempts); err != nil {
+			return err
+		}
+	}
+}
+
+func backoff(ctx context.Context, attempt int) error {
+	d := time.Millisecond << min(attempt, 7) // up to 128 ms
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retryable reports a serialization failure (SQLSTATE 40001) or a deadlock
+// (40P01).
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", "40P01":
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,334 @@
+package storageguard_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/pgfence"
+)
+
+// These tests run pgfence through the fence suite of this package; they
+// need TERMFENCE_POSTGRES_DSN, like the SQL fence's PostgreSQL tests.
+
+// roundTrips counts what a pool sends: batches and single queries (each
+// one round trip).
+type roundTrips struct{ batches, queries atomic.Int64 }
+
+func (c *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.queries.Add(1)
+	return ctx
+}
+func (c *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.batches.Add(1)
+	return ctx
+}
+func (c *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+func openPgxPool(t testing.TB, dsn string, tracer *roundTrips) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func openPgfence(t testing.TB, pool *pgxpool.Pool) *pgfence.Fence {
+	t.Helper()
+	f, err := pgfence.Open(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func TestPgfence(t *testing.T) {
+	var dsn string
+	testFence(t, fenceKind{
+		open: func(t *testing.T) storageguard.Fence {
+			dsn = postgresDSN(t)
+			return openPgfence(t, openPgxPool(t, dsn, nil))
+		},
+		reopen: func(t *testing.T) storageguard.Fence {
+			return openPgfence(t, openPgxPool(t, dsn, nil))
+		},
+		goroutines: 8, ops: 60,
+	})
+	t.Run("Tx", func(t *testing.T) { testPgfenceTx(t, openPgxPool(t, postgresDSN(t), nil)) })
+}
+
+// testPgfenceTx: the application's write and the fence commit together or
+// not at all, and a stale epoch's write never commits.
+func testPgfenceTx(t *testing.T, pool *pgxpool.Pool) {
+	ctx := context.Background()
+	f := openPgfence(t, pool)
+	if _, err := pool.Exec(ctx, "CREATE TABLE files (id TEXT PRIMARY KEY, content TEXT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO files VALUES ('f', 'v0')"); err != nil {
+		t.Fatal(err)
+	}
+	set := func(e epoch.Epoch, content string) error {
+		return f.Tx(ctx, "files/f", e, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "UPDATE files SET content = $1 WHERE id = 'f'", content)
+			return err
+		})
+	}
+	content := func() string {
+		var c string
+		if err := pool.QueryRow(ctx, "SELECT content FROM files WHERE id = 'f'").Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	e33, e34 := ep(33, "node-a"), ep(34, "node-b")
+	if err := set(e33, "A0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := set(e34, "B"); err != nil {
+		t.Fatal(err)
+	}
+	if err := set(e33, "A"); !errors.Is(err, storageguard.ErrStale) {
+		t.Fatalf("stale Tx = %v", err)
+	}
+	if c := content(); c != "B" {
+		t.Fatalf("content = %q, want B", c)
+	}
+	// fn fails: its write and the raise to 35 roll back together.
+	boom := errors.New("boom")
+	err := f.Tx(ctx, "files/f", ep(35, "node-c"), func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "UPDATE files SET content = 'C' WHERE id = 'f'"); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Tx = %v, want fn's error", err)
+	}
+	if c := content(); c != "B" {
+		t.Fatalf("content = %q after a failed Tx", c)
+	}
+	if h, _ := f.Highest(ctx, "files/f"); h != e34 {
+		t.Fatalf("Highest = %v after a rolled-back raise, want %v", h, e34)
+	}
+	// Options pass through (a serializable transaction works); read-only
+	// ones are refused before anything is sent.
+	ser := pgx.TxOptions{IsoLevel: pgx.Serializable}
+	if err := f.TxWith(ctx, "files/f", e34, ser, func(tx pgx.Tx) error {
+		var iso string
+		if err := tx.QueryRow(ctx, "SHOW transaction_isolation").Scan(&iso); err != nil {
+			return err
+		}
+		if iso != "serializable" {
+			return errors.New("isolation " + iso)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("serializable Tx = %v", err)
+	}
+	ro := pgx.TxOptions{AccessMode: pgx.ReadOnly}
+	if err := f.TxWith(ctx, "files/f", ep(36, "node-d"), ro, func(pgx.Tx) error { return nil }); !errors.Is(err, pgfence.ErrReadOnly) {
+		t.Fatalf("read-only Tx = %v, want ErrReadOnly", err)
+	}
+	if h, _ := f.Highest(ctx, "files/f"); h != e34 {
+		t.Fatalf("Highest = %v after a read-only Tx, want %v", h, e34)
+	}
+	if err := f.Tx(ctx, "files/f", e34, nil); err == nil {
+		t.Fatal("Tx with nil fn succeeded")
+	}
+	huge := epoch.Epoch{Cluster: "payments", Term: math.MaxInt64 + 1, Leader: "x"}
+	if err := f.Admit(ctx, "files/f", huge); !errors.Is(err, epoch.ErrMalformed) {
+		t.Fatalf("Admit(term 2^63) = %v", err)
+	}
+	if _, err := pgfence.Open(ctx, nil); err == nil {
+		t.Fatal("Open(nil pool) succeeded")
+	}
+}
+
+// TestPgfenceCheckRidesWithBegin: a same-epoch Tx with one statement sends
+// one batch (BEGIN and the check) and two single queries (the statement and
+// COMMIT) — the round trips of the same transaction unguarded.
+func TestPgfenceCheckRidesWithBegin(t *testing.T) {
+	ctx := context.Background()
+	rt := &roundTrips{}
+	pool := openPgxPool(t, postgresDSN(t), rt)
+	f := openPgfence(t, pool)
+	e := ep(7, "node-a")
+	if err := f.Admit(ctx, "r", e); err != nil {
+		t.Fatal(err)
+	}
+	rt.batches.Store(0)
+	rt.queries.Store(0)
+	err := f.Tx(ctx, "r", e, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SELECT 1")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, q := rt.batches.Load(), rt.queries.Load(); b != 1 || q != 2 {
+		t.Fatalf("same-epoch Tx sent %d batches and %d queries, want 1 and 2", b, q)
+	}
+}
+
+// TestPgfenceSameEpochTxConcurrent: two transactions under one epoch hold
+// the fence row FOR SHARE together.
+func TestPgfenceSameEpochTxConcurrent(t *testing.T) {
+	f := openPgfence(t, openPgxPool(t, postgresDSN(t), nil))
+	ctx := context.Background()
+	e := ep(5, "a")
+	if err := f.Admit(ctx, "r", e); err != nil {
+		t.Fatal(err)
+	}
+	entered := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first := true
+			errs[i] = f.Tx(ctx, "r", e, func(pgx.Tx) error {
+				if first {
+					close(entered[i])
+					first = false
+				}
+				<-entered[1-i]
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// pgTxFence presents pgfence's Tx as a Fence so that the suite's
+// random-epoch test runs over Tx (raise inside the transaction).
+type pgTxFence struct{ *pgfence.Fence }
+
+func (f pgTxFence) Do(ctx context.Context, resource string, e epoch.Epoch, write func(context.Context) error) error {
+	return f.Tx(ctx, resource, e, func(pgx.Tx) error { return write(ctx) })
+}
+
+func TestPgfenceTxConcurrentRandomEpochs(t *testing.T) {
+	testConcurrentRandom(t, pgTxFence{openPgfence(t, openPgxPool(t, postgresDSN(t), nil))}, 8, 60)
+}
+
+// TestPgfenceSharesSQLTable: pgfence and the SQL fence's PostgreSQL dialect
+// guard the same rows, so processes may mix them.
+func TestPgfenceSharesSQLTable(t *testing.T) {
+	dsn := postgresDSN(t)
+	a := openSQL(t, openPostgresDB(t, dsn), storageguard.Postgres)
+	b := openPgfence(t, openPgxPool(t, dsn, nil))
+	testFenceTwoHandles(t, a, b)
+}
+
+// BenchmarkPgfence puts the PostgreSQL fences beside their baselines in one
+// run: the same one-UPDATE transaction unguarded through database/sql and
+// through pgx, guarded by SQL.Tx (database/sql sends BEGIN alone, so the
+// check costs a round trip of its own) and by pgfence's Tx (the check rides
+// with BEGIN). One connection each, so the figures are round-trip latency.
+func BenchmarkPgfence(b *testing.B) {
+	ctx := context.Background()
+	dsn := postgresDSN(b)
+	db := openPostgresDB(b, dsn)
+	db.SetMaxOpenConns(1)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	s := openSQL(b, db, storageguard.Postgres)
+	f := openPgfence(b, pool)
+	if _, err := pool.Exec(ctx, "CREATE TABLE bench_files (id TEXT PRIMARY KEY, n BIGINT NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO bench_files VALUES ('f', 0)"); err != nil {
+		b.Fatal(err)
+	}
+	const update = "UPDATE bench_files SET n = n + 1 WHERE id = $1"
+	e := ep(7, "node-a")
+	if err := f.Admit(ctx, "files/f", e); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("baseline-sql-tx-update", func(b *testing.B) {
+		for b.Loop() {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := tx.ExecContext(ctx, update, "f"); err != nil {
+				b.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("SQL.Tx-update", func(b *testing.B) {
+		for b.Loop() {
+			err := s.Tx(ctx, "files/f", e, func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, update, "f")
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("baseline-pgx-tx-update", func(b *testing.B) {
+		for b.Loop() {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, update, "f"); err != nil {
+				b.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("pgfence.Tx-update", func(b *testing.B) {
+		for b.Loop() {
+			err := f.Tx(ctx, "files/f", e, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, update, "f")
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
