@@ -28,7 +28,9 @@ import (
 // Dir is a durable Fence for a directory that several processes, on one
 // machine or on several sharing a disk, guard together. Each resource has
 // one fence file in the directory, named by an encoding of the resource
-// name, so any name works and none can reach outside the directory.
+// name, so any name works and none can reach outside the directory, and one
+// intent file beside it (same name, suffix ".intent") that only ever holds
+// a lock.
 //
 // Exclusion between processes is flock(2) on the fence file: writers under
 // the current epoch hold it shared while their write runs; a raise holds it
@@ -36,6 +38,34 @@ import (
 // epoch. Within a process the same rules hold through a per-resource
 // read-write lock, and one shared flock covers all of the process's
 // concurrent same-epoch writers.
+//
+// Sticky shared lock. When a process's last same-epoch writer of a resource
+// finishes, the process keeps the shared flock for a while (DirOptions.Linger
+// after the last use). As long as it holds it without a break, no other
+// process can have raised (a raise needs the exclusive flock), so the epoch
+// it read when it took the lock is still the highest: a write under the
+// current epoch then costs no system call at all, only in-process atomics.
+// The first write after the lock was let go takes it again and reads the
+// two slots to see whether another process raised meanwhile.
+//
+// Writer preference. flock(2) has none: with shared holders coming and
+// going, a waiting exclusive locker can wait for ever, and a sticky holder
+// would never let go. So every raise first takes the resource's intent file
+// exclusively, then the fence file exclusively, and releases both after its
+// fsync; a process that takes the shared lock from scratch first takes the
+// intent file shared, then the fence file shared, and drops the intent lock
+// at once, so it queues behind any raiser already waiting. A holder checks
+// the intent file without blocking (LOCK_SH|LOCK_NB) at most once per
+// DirOptions.Probe, from its writers or, when it has none, from a timer;
+// when it finds a raiser waiting it admits no new writer on its lock, lets
+// the writes in flight finish and releases the flock, and its next writers
+// queue behind the raiser. A raise from another process therefore waits for
+// the writes in flight under the older epoch plus about one probe interval
+// (or the linger, if the holder is idle), however busy the holders are. A
+// raise inside the process drops the process's own hold once its writers
+// have finished. The intent file only orders lockers: safety rests on the
+// fence file's flock alone, and an intent file removed from outside costs
+// only the writer preference.
 //
 // A fence file holds two record slots on separate 4 KiB pages (as bbolt
 // keeps two meta pages), each with a sequence number and a CRC-32C. A raise
@@ -49,22 +79,65 @@ import (
 // the first time, before it acts on that record, so nothing is admitted on
 // an epoch a crash could still take back.
 //
+// Costs: a write under the current epoch while the process holds the lock
+// costs no system call; taking the lock from scratch costs five (lock and
+// unlock the intent file, lock the fence file, read the slots; unlock later);
+// a raise costs one fdatasync plus the locks; a holder with writers in
+// flight spends two system calls per probe interval on the probe.
+//
 // Requirements and limits: the filesystem must implement flock(2) between
 // all the processes involved (local filesystems do; on NFS, Linux emulates
-// flock with byte-range locks, which needs working NFS locking). flock has
-// no writer preference, so under unbroken same-epoch traffic from other
-// processes a raise can wait. Dir keeps one open file per resource it has
-// used until Close. A write under the current epoch costs three system
-// calls (lock, a read of the two slots to see whether another process
-// raised, unlock).
+// flock with byte-range locks, which needs working NFS locking). Every
+// process must run this version of the protocol: a process that raises
+// without the intent file gets no writer preference (its raise can wait
+// behind sticky holders for as long as they are busy; it is still safe).
+// Dir keeps two open files per resource it has used until Close, and while
+// a process holds a resource's lock, other processes' raises wait up to the
+// probe interval or the linger.
 type Dir struct {
 	dir     string
 	dirFile *os.File // fsynced after each rename
 	closed  atomic.Bool
 	entries sync.Map // resource -> *dirEntry
 
+	linger, probe, tick time.Duration
+	t0                  time.Time // origin of the monotonic clock in dirEntry.probeAt
+
 	closeMu  sync.RWMutex
 	inflight sync.WaitGroup
+}
+
+// DirOptions tunes how long a process keeps a resource's shared lock. The
+// zero value gives the defaults.
+type DirOptions struct {
+	// Linger is how long a process keeps a resource's shared lock after its
+	// last write under the current epoch has finished, so that the next
+	// write needs no system call. While it lingers, a raise from another
+	// process waits up to about Probe. Zero means DefaultDirLinger.
+	Linger time.Duration
+	// Probe is how often a process that holds a resource's shared lock
+	// checks whether a raise in another process is waiting for it; that
+	// raise waits for the writes in flight plus about this long. Zero means
+	// DefaultDirProbe.
+	Probe time.Duration
+}
+
+// Defaults for DirOptions.
+const (
+	DefaultDirLinger = time.Millisecond
+	DefaultDirProbe  = time.Millisecond
+)
+
+// Validate reports whether o is usable: no negative duration. The error
+// wraps ErrBadConfig.
+func (o DirOptions) Validate() error {
+	if o.Linger < 0 {
+		return fmt.Errorf("%w: negative dir linger %v", ErrBadConfig, o.Linger)
+	}
+	if o.Probe < 0 {
+		return fmt.Errorf("%w: negative dir probe interval %v", ErrBadConfig, o.Probe)
+	}
+	return nil
 }
 
 var _ Fence = (*Dir)(nil)
@@ -81,8 +154,9 @@ const (
 	dirHeaderLen  = 4 + 8 + 2
 	dirMaxRecord  = dirSlotSize - dirHeaderLen - 4
 
-	dirFenceSuffix = ".fence"
-	dirTempInfix   = ".tmp-"
+	dirFenceSuffix  = ".fence"
+	dirIntentSuffix = ".intent" // the intent file: a lock, never written
+	dirTempInfix    = ".tmp-"
 	// dirTempMaxAge: a temporary file older than this was left by a crash
 	// (a raise renames its temporary file within one fsync) and is removed
 	// by OpenDir.
@@ -92,8 +166,24 @@ const (
 	dirMaxDirect = 120
 )
 
-// OpenDir opens the fence directory dir, creating it if missing.
+// OpenDir opens the fence directory dir, creating it if missing, with the
+// default DirOptions.
 func OpenDir(dir string) (*Dir, error) {
+	return OpenDirWith(dir, DirOptions{})
+}
+
+// OpenDirWith opens the fence directory dir, creating it if missing.
+func OpenDirWith(dir string, opts DirOptions) (*Dir, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	linger, probe := opts.Linger, opts.Probe
+	if linger == 0 {
+		linger = DefaultDirLinger
+	}
+	if probe == 0 {
+		probe = DefaultDirProbe
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("storageguard: create fence dir: %w", err)
 	}
@@ -109,7 +199,7 @@ func OpenDir(dir string) (*Dir, error) {
 		}
 		return nil, fmt.Errorf("storageguard: open fence dir %s: %w", dir, err)
 	}
-	d := &Dir{dir: dir, dirFile: df}
+	d := &Dir{dir: dir, dirFile: df, linger: linger, probe: probe, tick: min(linger, probe), t0: time.Now()}
 	d.removeOldTemps()
 	return d, nil
 }
@@ -145,19 +235,39 @@ func dirFileName(resource string) string {
 
 // dirEntry is one resource's state in this process.
 type dirEntry struct {
-	path string
-	// mu: read side for same-epoch writers of this process, write side for
-	// reloading and raising.
+	path       string // the fence file
+	intentPath string // the intent file
+	// mu: read side for same-epoch writers of this process (and Highest),
+	// write side for reloading and raising.
 	mu sync.RWMutex
 
-	// fmu guards f, nshared, buf and the shared flock on f.
-	fmu     sync.Mutex
-	f       *os.File // the fence file as this process last opened it
-	nshared int      // this process's writers inside the shared flock
-	buf     []byte   // scratch for reading f under fmu
+	// state is the sticky shared flock: stHeld (this process holds the
+	// shared flock on f and raw is f's content), stDraining (a raiser
+	// waits: admit no one new), stUsed (a writer joined since the last
+	// tick) and, from stCountShift up, the writers inside the lock. A
+	// writer joins with a compare-and-swap while stHeld is set and
+	// stDraining is not: no system call. stHeld is set and cleared only
+	// under fmu, and cleared only with no writer inside.
+	state atomic.Uint64
+	// probeAt: when (Dir.t0-relative nanoseconds) the intent file is next
+	// probed for a waiting raiser.
+	probeAt atomic.Int64
+
+	// fmu guards taking and dropping the shared flock on f, the timer and
+	// the fields below up to buf; released is signalled (with fmu) when a
+	// draining hold is dropped.
+	fmu      sync.Mutex
+	released *sync.Cond
+	timer    *time.Timer // runs tick while the lock is held
+	lastUse  time.Time   // the last tick that saw stUsed (or the acquisition)
+	buf      []byte      // scratch for reading f under fmu
 
 	// The fields below change only under mu held for writing.
 	//
+	// f is the fence file as this process last opened it, intent the
+	// intent file (opened once, kept until Close).
+	f      *os.File
+	intent *os.File
 	// raw is f's content as last read or written by this process, and
 	// highest, seq and slot its decoding (slot -1: empty file). A shared
 	// locker that reads anything else goes to the slow path.
@@ -170,11 +280,21 @@ type dirEntry struct {
 	synced bool
 }
 
+const (
+	stHeld       = 1 << 0
+	stDraining   = 1 << 1
+	stUsed       = 1 << 2
+	stCountShift = 3
+	stOne        = 1 << stCountShift
+)
+
 func (d *Dir) entry(resource string) *dirEntry {
 	if v, ok := d.entries.Load(resource); ok {
 		return v.(*dirEntry)
 	}
-	e := &dirEntry{path: filepath.Join(d.dir, dirFileName(resource))}
+	p := filepath.Join(d.dir, dirFileName(resource))
+	e := &dirEntry{path: p, intentPath: strings.TrimSuffix(p, dirFenceSuffix) + dirIntentSuffix}
+	e.released = sync.NewCond(&e.fmu)
 	v, _ := d.entries.LoadOrStore(strings.Clone(resource), e)
 	return v.(*dirEntry)
 }
@@ -188,21 +308,130 @@ func flock(f *os.File, how int) error {
 	}
 }
 
-// acquireShared joins this process's shared flock on the fence file. It
-// reports false (holding nothing) when the cached file is gone or was
-// replaced, so the caller must reload under the exclusive path.
-func (e *dirEntry) acquireShared() (bool, error) {
+// now is the monotonic clock of probeAt.
+func (d *Dir) now() int64 { return int64(time.Since(d.t0)) }
+
+// join enters the sticky shared lock if this process holds it and no raiser
+// is waiting: no system call. A joined caller must leave. The caller holds
+// e.mu for reading.
+func (d *Dir) join(e *dirEntry) bool {
+	for {
+		s := e.state.Load()
+		if s&stHeld == 0 || s&stDraining != 0 {
+			return false
+		}
+		if e.state.CompareAndSwap(s, (s+stOne)|stUsed) {
+			break
+		}
+	}
+	// Busy holders probe from their writers (a timer may run late on
+	// loaded cores); one writer per probe interval pays for it.
+	if at := e.probeAt.Load(); d.now() >= at && e.probeAt.CompareAndSwap(at, d.now()+int64(d.probe)) {
+		if e.raiserWaiting() {
+			e.state.Or(stDraining) // this writer is inside: its leave or a later one releases
+		}
+	}
+	return true
+}
+
+// leave exits the sticky shared lock; the last writer out of a draining
+// lock releases the flock.
+func (e *dirEntry) leave() {
+	s := e.state.Add(^uint64(stOne - 1))
+	if s&stDraining != 0 && s>>stCountShift == 0 {
+		e.fmu.Lock()
+		e.releaseLocked()
+		e.fmu.Unlock()
+	}
+}
+
+// raiserWaiting probes the intent file: a raiser holds it exclusively while
+// it waits for the fence file. A failed probe counts as a raiser waiting:
+// yielding is always safe.
+func (e *dirEntry) raiserWaiting() bool {
+	if err := flock(e.intent, syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	flock(e.intent, syscall.LOCK_UN)
+	return false
+}
+
+// releaseLocked drops the shared flock if it is held with no writer inside.
+// Caller holds fmu.
+func (e *dirEntry) releaseLocked() {
+	for {
+		s := e.state.Load()
+		if s&stHeld == 0 || s>>stCountShift != 0 {
+			return
+		}
+		if e.state.CompareAndSwap(s, 0) {
+			break
+		}
+	}
+	flock(e.f, syscall.LOCK_UN)
+	e.released.Broadcast()
+}
+
+// acquire joins the sticky shared lock, taking the flock from scratch if
+// this process does not hold it: through the intent file, so that it
+// queues behind a waiting raiser, then a read of the slots to see whether
+// another process raised. It reports false (holding nothing) when the
+// cached file is gone, replaced or changed, so the caller must reload under
+// the exclusive path. The caller holds e.mu for reading.
+func (d *Dir) acquire(e *dirEntry) (bool, error) {
 	e.fmu.Lock()
 	defer e.fmu.Unlock()
-	if e.nshared > 0 {
-		e.nshared++
-		return true, nil
+	for {
+		s := e.state.Load()
+		if s&stHeld == 0 {
+			break
+		}
+		if s&stDraining == 0 {
+			if e.state.CompareAndSwap(s, (s+stOne)|stUsed) {
+				return true, nil
+			}
+			continue
+		}
+		// A raiser is waiting: let the writers inside finish and the lock
+		// go, then queue behind the raiser.
+		e.released.Wait()
 	}
 	if e.f == nil {
 		return false, nil
 	}
-	if err := flock(e.f, syscall.LOCK_SH); err != nil {
+	if err := flock(e.intent, syscall.LOCK_SH); err != nil {
+		return false, fmt.Errorf("storageguard: lock fence intent file: %w", err)
+	}
+	err := flock(e.f, syscall.LOCK_SH)
+	flock(e.intent, syscall.LOCK_UN)
+	if err != nil {
 		return false, fmt.Errorf("storageguard: lock fence file: %w", err)
+	}
+	ok, err := e.unchanged()
+	if err != nil || !ok {
+		flock(e.f, syscall.LOCK_UN)
+		return false, err
+	}
+	e.state.Store(stHeld | stUsed | stOne)
+	e.lastUse = time.Now()
+	e.probeAt.Store(d.now() + int64(d.probe))
+	if e.timer == nil {
+		e.timer = time.AfterFunc(d.tick, func() { d.tickEntry(e) })
+	} else {
+		e.timer.Reset(d.tick)
+	}
+	return true, nil
+}
+
+// unchanged reports whether e.f, under this process's shared flock, still
+// holds what this process last read or wrote. Caller holds fmu.
+func (e *dirEntry) unchanged() (bool, error) {
+	if e.slot < 0 {
+		// An empty file is replaced (renamed over) by a resource's first
+		// raise, in which case the content read through e.f stays empty.
+		if ok, err := e.current(); err != nil || !ok {
+			return false, err
+		}
 	}
 	// A raise by another process rewrites a slot in place: compare the
 	// slots with what this process last saw. (One pread; an fstat would not
@@ -213,24 +442,83 @@ func (e *dirEntry) acquireShared() (bool, error) {
 	}
 	n, err := e.f.ReadAt(e.buf[:dirFileSize], 0)
 	if err != nil && err != io.EOF {
-		flock(e.f, syscall.LOCK_UN)
 		return false, fmt.Errorf("storageguard: read fence file %s: %w", e.path, err)
 	}
-	if !bytes.Equal(e.buf[:n], e.raw) {
-		flock(e.f, syscall.LOCK_UN)
-		return false, nil
-	}
-	e.nshared = 1
-	return true, nil
+	return bytes.Equal(e.buf[:n], e.raw), nil
 }
 
-func (e *dirEntry) releaseShared() {
+// tickEntry runs every Dir.tick while this process holds e's shared flock:
+// it drops the lock once no writer has used it for the linger, and probes
+// for a waiting raiser when the writers have not (an idle holder).
+func (d *Dir) tickEntry(e *dirEntry) {
+	if d.enter() != nil {
+		return // Close closes the file, which drops the flock
+	}
+	defer d.inflight.Done()
 	e.fmu.Lock()
 	defer e.fmu.Unlock()
-	e.nshared--
-	if e.nshared == 0 {
+	if e.state.Load()&stHeld == 0 {
+		return
+	}
+	now := time.Now()
+	s := e.state.And(^uint64(stUsed))
+	if s&stUsed != 0 {
+		e.lastUse = now
+	}
+	if s&stDraining == 0 {
+		if at := e.probeAt.Load(); d.now() >= at && e.probeAt.CompareAndSwap(at, d.now()+int64(d.probe)) && e.raiserWaiting() {
+			s = e.state.Or(stDraining) | stDraining
+		}
+	}
+	if s>>stCountShift == 0 && (s&stDraining != 0 || now.Sub(e.lastUse) >= d.linger) {
+		e.releaseLocked() // refuses if a writer joined meanwhile
+	}
+	if e.state.Load()&stHeld != 0 {
+		e.timer.Reset(d.tick)
+	}
+}
+
+// dropLocked gives up this process's hold on the shared flock before it
+// takes the exclusive one. Caller holds e.mu for writing (so no writer of
+// this process is inside) and fmu.
+func (e *dirEntry) dropLocked() {
+	if e.state.Load()&stHeld != 0 {
+		e.state.Store(0)
+		flock(e.f, syscall.LOCK_UN)
+		e.released.Broadcast()
+	}
+}
+
+// exclusive runs fn under the resource's exclusive locks: the intent file
+// (so that holders of the shared lock yield and newcomers queue), then the
+// fence file, loaded. fn reports whether it raised (raise releases the
+// fence file's lock itself). Caller holds e.mu for writing.
+func (d *Dir) exclusive(e *dirEntry, fn func() (raised bool, err error)) error {
+	e.fmu.Lock()
+	e.dropLocked()
+	e.fmu.Unlock()
+	if e.intent == nil {
+		f, err := os.OpenFile(e.intentPath, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return fmt.Errorf("storageguard: open fence intent file: %w", err)
+		}
+		e.intent = f
+	}
+	if err := flock(e.intent, syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("storageguard: lock fence intent file: %w", err)
+	}
+	defer flock(e.intent, syscall.LOCK_UN)
+	if err := d.lockExclusive(e); err != nil {
+		return err
+	}
+	raised, err := false, error(nil)
+	if fn != nil {
+		raised, err = fn()
+	}
+	if (err != nil || !raised) && e.f != nil {
 		flock(e.f, syscall.LOCK_UN)
 	}
+	return err
 }
 
 // lockExclusive opens the fence file (creating an empty one if there is
@@ -493,17 +781,13 @@ func (d *Dir) Do(ctx context.Context, resource string, ep epoch.Epoch, write fun
 		}
 		// Slow path: reload or raise under the exclusive lock.
 		e.mu.Lock()
-		err = d.lockExclusive(e)
-		if err == nil {
-			var dec Decision
-			dec, err = Decide(resource, e.highest, ep)
-			if err == nil && dec.Raise {
-				err = d.raise(e, ep) // unlocks on success
+		err = d.exclusive(e, func() (bool, error) {
+			dec, err := Decide(resource, e.highest, ep)
+			if err != nil || !dec.Raise {
+				return false, err
 			}
-			if (err != nil || !dec.Raise) && e.f != nil {
-				flock(e.f, syscall.LOCK_UN)
-			}
-		}
+			return true, d.raise(e, ep) // unlocks on success
+		})
 		e.mu.Unlock()
 		if err != nil {
 			return err
@@ -519,11 +803,13 @@ func (d *Dir) Do(ctx context.Context, resource string, ep epoch.Epoch, write fun
 func (d *Dir) fast(ctx context.Context, e *dirEntry, resource string, ep epoch.Epoch, write func(ctx context.Context) error) (done bool, err error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	ok, err := e.acquireShared()
-	if err != nil || !ok {
-		return err != nil, err
+	if !d.join(e) {
+		ok, err := d.acquire(e)
+		if err != nil || !ok {
+			return err != nil, err
+		}
 	}
-	defer e.releaseShared()
+	defer e.leave()
 	dec, err := Decide(resource, e.highest, ep)
 	if err != nil {
 		return true, err
@@ -556,7 +842,8 @@ func (d *Dir) Check(ctx context.Context, resource string, ep epoch.Epoch) error 
 }
 
 // Highest implements Fence.Highest. It reads the fence file under a shared
-// lock, so it sees raises by other processes.
+// lock (or trusts this process's unbroken hold of one), so it sees raises by
+// other processes.
 func (d *Dir) Highest(ctx context.Context, resource string) (epoch.Epoch, error) {
 	if err := ValidateResource(resource); err != nil {
 		return epoch.Epoch{}, err
@@ -577,23 +864,23 @@ func (d *Dir) Highest(ctx context.Context, resource string) (epoch.Epoch, error)
 	}
 	for {
 		v.mu.RLock()
-		ok, err := v.acquireShared()
-		if err != nil {
-			v.mu.RUnlock()
-			return epoch.Epoch{}, err
+		ok := d.join(v)
+		if !ok {
+			var err error
+			if ok, err = d.acquire(v); err != nil {
+				v.mu.RUnlock()
+				return epoch.Epoch{}, err
+			}
 		}
 		if ok {
 			h := v.highest
-			v.releaseShared()
+			v.leave()
 			v.mu.RUnlock()
 			return h, nil
 		}
 		v.mu.RUnlock()
 		v.mu.Lock()
-		err = d.lockExclusive(v)
-		if err == nil {
-			flock(v.f, syscall.LOCK_UN)
-		}
+		err := d.exclusive(v, nil)
 		v.mu.Unlock()
 		if err != nil {
 			return epoch.Epoch{}, err
@@ -628,7 +915,8 @@ func readFenceFile(path string) (epoch.Epoch, error) {
 }
 
 // Close waits for calls in progress (their writes still hold the locks),
-// then closes every file. Later calls fail with ErrClosed.
+// then stops the linger timers and closes every file, which drops every
+// lock this process holds. Later calls fail with ErrClosed.
 func (d *Dir) Close() error {
 	d.closeMu.Lock()
 	already := d.closed.Swap(true)
@@ -640,7 +928,15 @@ func (d *Dir) Close() error {
 	d.entries.Range(func(_, v any) bool {
 		e := v.(*dirEntry)
 		e.fmu.Lock()
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+		e.state.Store(0)
 		e.closeFile()
+		if e.intent != nil {
+			e.intent.Close()
+			e.intent = nil
+		}
 		e.fmu.Unlock()
 		return true
 	})

@@ -51,13 +51,23 @@ func TestDirNamesStayInside(t *testing.T) {
 	if len(outside) != 1 || outside[0].Name() != "fence" {
 		t.Fatalf("files outside the fence dir: %v", outside)
 	}
+	// One fence file and one intent file per name.
 	inside, _ := os.ReadDir(dir)
-	if len(inside) != len(names) {
+	var fences, intents int
+	for _, e := range inside {
+		switch filepath.Ext(e.Name()) {
+		case ".fence":
+			fences++
+		case ".intent":
+			intents++
+		}
+	}
+	if fences != len(names) || intents != len(names) || len(inside) != 2*len(names) {
 		var got []string
 		for _, e := range inside {
 			got = append(got, e.Name())
 		}
-		t.Fatalf("fence dir holds %d files, want %d: %v", len(inside), len(names), got)
+		t.Fatalf("fence dir holds %d files (%d fence, %d intent), want %d of each: %v", len(inside), fences, intents, len(names), got)
 	}
 }
 
