@@ -57,6 +57,10 @@ type Election struct {
 	preVoteCh  chan raft.Observation
 	preVoteObs *raft.Observer
 
+	// rpcs is the channel raft consumes RPCs from: forward fills it from
+	// the transport, and the waker adds a request of its own (wake.go).
+	rpcs chan raft.RPC
+
 	// pubTerm is the term of the published (confirmed) epoch, 0 for none.
 	// Only the confirm worker writes it.
 	pubTerm atomic.Uint64
@@ -67,7 +71,7 @@ type Election struct {
 	closeOnce sync.Once
 	closeErr  error
 	stop      chan struct{}  // closed by Close after raft is shut down
-	wg        sync.WaitGroup // drain, work, watch, waker
+	wg        sync.WaitGroup // drain, work, watch, waker, forward
 }
 
 // New validates cfg, opens (or creates) the node's Raft state, bootstraps a
@@ -95,6 +99,7 @@ func New(cfg Config) (*Election, error) {
 		workCh:    make(chan struct{}, 1),
 		watchCh:   make(chan raft.Observation, 1),
 		preVoteCh: make(chan raft.Observation, 1),
+		rpcs:      make(chan raft.RPC),
 		stop:      make(chan struct{}),
 	}
 	e.hub.init()
@@ -145,7 +150,7 @@ func New(cfg Config) (*Election, error) {
 		}
 	}
 
-	r, err := raft.NewRaft(rc, c.FSM, logs, stable, snaps, mainLoopOnly{c.Transport})
+	r, err := raft.NewRaft(rc, c.FSM, logs, stable, snaps, mainLoopOnly{Transport: c.Transport, rpcs: e.rpcs})
 	if err != nil {
 		closeStores()
 		return nil, fmt.Errorf("election: starting raft: %w", err)
@@ -169,7 +174,8 @@ func New(cfg Config) (*Election, error) {
 	r.RegisterObserver(e.preVoteObs)
 	e.hub.publish(e.leadership())
 
-	e.wg.Add(4)
+	e.wg.Add(5)
+	go e.forward(c.Transport.Consumer())
 	go e.drain()
 	go e.work()
 	go e.watch()
@@ -320,12 +326,41 @@ func (e *Election) wait(ctx context.Context, f raft.Future) error {
 // (DESIGN.md I2, hashicorp/raft#695). The transports of package transport
 // already do this; a raw *raft.NetworkTransport, which also satisfies
 // transport.Transport, would not. Embedding keeps Close and RequestPreVote.
-type mainLoopOnly struct{ transport.Transport }
+//
+// Raft consumes rpcs instead of the transport's Consumer(): forward copies
+// the transport's RPCs into it, one at a time, and the waker can hand raft a
+// request of its own there (transferSelf).
+type mainLoopOnly struct {
+	transport.Transport
+	rpcs chan raft.RPC
+}
 
 // SetHeartbeatHandler ignores cb: heartbeats reach raft on Consumer().
 func (mainLoopOnly) SetHeartbeatHandler(func(raft.RPC)) {}
 
+// Consumer returns the channel raft reads every RPC from.
+func (m mainLoopOnly) Consumer() <-chan raft.RPC { return m.rpcs }
+
 var _ transport.Transport = mainLoopOnly{}
+
+// forward hands raft each RPC the transport receives. It holds at most one
+// RPC, so raft's back-pressure on the transport is unchanged; an RPC it
+// holds when Close stops it is answered by the transport's own shutdown.
+func (e *Election) forward(in <-chan raft.RPC) {
+	defer e.wg.Done()
+	for {
+		select {
+		case rpc := <-in:
+			select {
+			case e.rpcs <- rpc:
+			case <-e.stop:
+				return
+			}
+		case <-e.stop:
+			return
+		}
+	}
+}
 
 // poke does a non-blocking send on a 1-buffered channel: if it is full a
 // poke is already pending, which is as good.

@@ -48,16 +48,22 @@ import (
 // its connections close and its port refuses new ones. A follower that has
 // not heard from its leader for longer than any normal heartbeat gap (HT/4)
 // dials the leader's address once. If the dial is refused, nothing listens
-// there any more, and the follower wakes raft at LeaderLeaseTimeout after
-// the last contact instead of HeartbeatTimeout (raft accepts no lower
-// HeartbeatTimeout, so that is the floor), in the same order. A dial that
-// succeeds or times out changes nothing. Only a refused TCP connect counts;
-// addresses that are not host:port (the in-memory transport) are never
-// probed.
+// there any more: the follower hands its own raft a TimeoutNow request
+// (transferSelf), the request a leader sends in a leadership transfer. raft
+// becomes a candidate at once, without pre-vote, and asks for votes marked
+// as a leadership transfer, which the other followers grant although they
+// still know the dead leader (the vote's log comparison still applies).
+// The followers do this in their wake order, transferGap apart, each only
+// if no leader has been heard from meanwhile; so the first wins unless its
+// log is behind, and then the next one does. A dial that succeeds or times
+// out changes nothing. Only a refused TCP connect counts; addresses that
+// are not host:port (the in-memory transport) are never probed.
 //
 // None of this touches safety: raft runs its own election, in a term it
 // increments on its main goroutine, and I1-I3 are untouched. It can only
-// cost availability, by starting an election while the leader is alive.
+// cost availability, by starting an election while the leader is alive
+// (the transfer request: while something refuses connections on the
+// leader's raft address, such as a firewall rejecting with a TCP reset).
 // The rule is raft's own; pre-vote keeps one impatient follower from
 // raising the term (the leader and every follower that still hears from it
 // refuse, and the leader's next heartbeat makes it a follower again); a
@@ -80,6 +86,13 @@ type wakeState struct {
 // the spread of their last contacts (HT/5).
 func (e *Election) wakeSpread() time.Duration {
 	return max(e.cfg.HeartbeatTimeout/4, 2*time.Millisecond)
+}
+
+// transferGap staggers the followers' transfer requests after a refused
+// dial: long enough for the first to win (two fsyncs and two one-way
+// delays) and be heard from.
+func (e *Election) transferGap() time.Duration {
+	return max(e.cfg.HeartbeatTimeout/10, 5*time.Millisecond)
 }
 
 // killedGap staggers the followers woken by a pre-vote in clusters of five
@@ -182,11 +195,17 @@ func (e *Election) wakeStep(st *wakeState, ord *wakeOrder) time.Duration {
 			st.rank, st.winner = e.wakeRank(st.leaderID)
 		}
 	}
+	if st.refused {
+		at := probeAt + time.Duration(st.rank)*e.transferGap()
+		if since < at {
+			return at - since
+		}
+		st.woke = true
+		e.transferSelf(lc)
+		return ht / 4
+	}
 	floor := e.cfg.LeaderLeaseTimeout
 	at := ht + time.Duration(st.rank)*e.wakeSpread()
-	if st.refused {
-		at = max(floor, probeAt) + time.Duration(st.rank)*e.wakeSpread()
-	}
 	if !st.peer.IsZero() {
 		gap := time.Duration(max(st.rank-st.winner, 0)) * e.killedGap()
 		at = min(at, max(st.peer.Sub(lc), floor)+gap)
@@ -197,6 +216,30 @@ func (e *Election) wakeStep(st *wakeState, ord *wakeOrder) time.Duration {
 	st.woke = true
 	e.wakeRaft(lc, max(ord.heartbeat, ht))
 	return ht / 4
+}
+
+// transferSelf hands raft, through the channel it consumes RPCs from, the
+// TimeoutNow request a leader sends to the target of a leadership transfer:
+// raft becomes a candidate at once and its vote requests are marked as a
+// transfer. It does nothing unless raft is still a follower that has heard
+// nothing since lc.
+func (e *Election) transferSelf(lc time.Time) {
+	if e.raft.State() != raft.Follower || !e.raft.LastContact().Equal(lc) {
+		return
+	}
+	rpc := raft.RPC{
+		Command: &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{
+			ProtocolVersion: raft.ProtocolVersionMax,
+			ID:              []byte(e.cfg.ID),
+			Addr:            []byte(e.localAddr),
+		}},
+		RespChan: make(chan raft.RPCResponse, 1), // raft never blocks on it
+	}
+	select {
+	case e.rpcs <- rpc:
+		e.log.Debug("wake: leader's port refused, asked raft to stand now", "since-last-contact", time.Since(lc))
+	case <-e.stop:
+	}
 }
 
 // wakeOrder is this follower's place in the wake order under its current

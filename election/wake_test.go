@@ -1,12 +1,20 @@
 package election
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/transport"
 )
 
 // TestWakeOrder: with the leader silent, the two followers of a three-node
@@ -84,4 +92,117 @@ func TestWakeWithLiveLeaderRestores(t *testing.T) {
 			t.Errorf("%s: HeartbeatTimeout %v after a wake, want %v", nd.id, got, want)
 		}
 	}
+}
+
+// lockedBuffer collects log output from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestKilledLeaderTransfer: when the leader's process dies (raft and its
+// TCP listener shut down, no handover) the followers' dials to its port are
+// refused, and the first of them hands its own raft a TimeoutNow request:
+// it stands at once and wins the next term, without raft's heartbeat
+// timeout ever firing on a survivor (with HeartbeatTimeout 1 s it would
+// fire only a second after the last heartbeat; the refused dial comes a
+// quarter of that after it).
+func TestKilledLeaderTransfer(t *testing.T) {
+	const ht = time.Second
+	check := newChecker(testCluster)
+	var trs []transport.Transport
+	var boot []Server
+	for i := range 3 {
+		id := fmt.Sprintf("k%d", i+1)
+		tr, err := transport.NewTCP("127.0.0.1:0", "", transport.Config{Logger: check.logger(id)})
+		if err != nil {
+			t.Fatalf("NewTCP: %v", err)
+		}
+		trs = append(trs, tr)
+		boot = append(boot, Server{ID: id, Addr: string(tr.LocalAddr())})
+	}
+	logs := make([]*lockedBuffer, 3)
+	els := make([]*Election, 3)
+	for i, tr := range trs {
+		logs[i] = &lockedBuffer{}
+		el, err := New(Config{
+			ID: boot[i].ID, Cluster: testCluster, DataDir: t.TempDir(), Transport: tr, Bootstrap: boot,
+			HeartbeatTimeout: ht, ElectionTimeout: ht, LeaderLeaseTimeout: ht / 2,
+			Logger: hclog.New(&hclog.LoggerOptions{
+				Name: boot[i].ID, Level: hclog.Debug, JSONFormat: true,
+				Output: io.MultiWriter(logs[i], &wonWriter{c: check, node: boot[i].ID, echo: io.Discard}),
+			}),
+		})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		els[i] = el
+		defer el.Close()
+	}
+	leaderAbove := func(term uint64, except int) (int, epoch.Epoch) {
+		var ld int
+		var ep epoch.Epoch
+		waitFor(t, fmt.Sprintf("a leader above term %d", term), func() bool {
+			for i, el := range els {
+				if i == except {
+					continue
+				}
+				if e, err := el.Epoch(); err == nil && e.Term > term {
+					check.epoch("poll", boot[i].ID, e)
+					ld, ep = i, e
+					return true
+				}
+			}
+			return false
+		})
+		return ld, ep
+	}
+	ld, ep := leaderAbove(0, -1)
+	for i, el := range els {
+		if i == ld {
+			continue
+		}
+		waitFor(t, boot[i].ID+" to follow "+boot[ld].ID, func() bool {
+			_, id := el.Raft().LeaderWithID()
+			return string(id) == boot[ld].ID
+		})
+	}
+	before := make([]int, 3)
+	for i := range logs {
+		before[i] = len(logs[i].String())
+	}
+	// Kill: raft and the transport (listener and connections) go at once.
+	if err := els[ld].Raft().Shutdown().Error(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	nld, nep := leaderAbove(ep.Term, ld)
+	if nep.Term != ep.Term+1 {
+		t.Errorf("new leader's term %d after %d: more than one election", nep.Term, ep.Term)
+	}
+	for i := range logs {
+		if i == ld {
+			continue
+		}
+		after := logs[i].String()[before[i]:]
+		if strings.Contains(after, "heartbeat timeout reached") {
+			t.Errorf("%s: raft's own heartbeat timeout fired; the refused dial should have made %s stand first:\n%s",
+				boot[i].ID, boot[nld].ID, after)
+		}
+	}
+	if !strings.Contains(logs[nld].String()[before[nld]:], "asked raft to stand now") {
+		t.Errorf("%s won without the transfer request:\n%s", boot[nld].ID, logs[nld].String()[before[nld]:])
+	}
+	check.verify(t)
 }
