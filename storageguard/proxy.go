@@ -275,7 +275,7 @@ func NewProxy(g *Guard, target *url.URL, cfg ProxyConfig) http.Handler {
 	}
 	tr := cfg.Transport
 	if tr == nil {
-		tr = newTransport()
+		tr = newTransport(target)
 	}
 	target = cloneURL(target)
 	forwardToken := cfg.ForwardToken
@@ -311,10 +311,20 @@ func cloneURL(u *url.URL) *url.URL {
 	return &c
 }
 
-// newTransport is the default backend transport: http.DefaultTransport's
-// settings, without proxy environment variables, with enough idle
-// connections per host for many concurrent clients.
-func newTransport() *http.Transport {
+// newTransport is the default backend transport: for an http target the
+// lean transport (see leanTransport), falling back to an http.Transport with
+// http.DefaultTransport's settings, without proxy environment variables, with
+// enough idle connections per host for many concurrent clients; for any
+// other target that http.Transport alone.
+func newTransport(target *url.URL) http.RoundTripper {
+	fallback := newHTTPTransport()
+	if target.Scheme == "http" {
+		return newLeanTransport(target, fallback)
+	}
+	return fallback
+}
+
+func newHTTPTransport() *http.Transport {
 	return &http.Transport{
 		DialContext: (&net.Dialer{
 			Timeout:   30 * time.Second,

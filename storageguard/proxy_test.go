@@ -35,8 +35,10 @@ type pxEnv struct {
 	client  *http.Client
 }
 
-// newPxEnv starts backend and a proxy in front of it. A nil cfg.Transport is
-// replaced by one the test closes, so no connection outlives the test.
+// newPxEnv starts backend and a proxy in front of it. A nil cfg.Transport
+// leaves the proxy its own default transport (its idle connections hold no
+// goroutine and are closed by the backend's Close); see stdTransport for an
+// http.Transport.
 func newPxEnv(t *testing.T, backend http.Handler, cfg storageguard.ProxyConfig) *pxEnv {
 	t.Helper()
 	e := &pxEnv{codec: gtCodec(t, gtKey), spy: gtSpy()}
@@ -45,11 +47,6 @@ func newPxEnv(t *testing.T, backend http.Handler, cfg storageguard.ProxyConfig) 
 	t.Cleanup(e.backend.Close)
 	if cfg.ErrorLog == nil {
 		cfg.ErrorLog = log.New(io.Discard, "", 0)
-	}
-	if cfg.Transport == nil {
-		tr := &http.Transport{MaxIdleConnsPerHost: 64}
-		t.Cleanup(tr.CloseIdleConnections)
-		cfg.Transport = tr
 	}
 	target, err := url.Parse(e.backend.URL)
 	if err != nil {
@@ -61,6 +58,30 @@ func newPxEnv(t *testing.T, backend http.Handler, cfg storageguard.ProxyConfig) 
 	t.Cleanup(ctr.CloseIdleConnections)
 	e.client = &http.Client{Transport: ctr}
 	return e
+}
+
+// stdTransport returns cfg with an http.Transport as its Transport, one the
+// test closes, so that no connection outlives the test.
+func stdTransport(t *testing.T, cfg storageguard.ProxyConfig) storageguard.ProxyConfig {
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	t.Cleanup(tr.CloseIdleConnections)
+	cfg.Transport = tr
+	return cfg
+}
+
+// eachTransport runs f with the proxy's default transport and with an
+// http.Transport (what a caller may pass as ProxyConfig.Transport).
+func eachTransport(t *testing.T, f func(t *testing.T, std bool)) {
+	t.Run("default transport", func(t *testing.T) { f(t, false) })
+	t.Run("http.Transport", func(t *testing.T) { f(t, true) })
+}
+
+// pxConfig returns cfg, with an http.Transport if std.
+func pxConfig(t *testing.T, std bool, cfg storageguard.ProxyConfig) storageguard.ProxyConfig {
+	if std {
+		return stdTransport(t, cfg)
+	}
+	return cfg
 }
 
 // pxResult is what a client got.
@@ -203,12 +224,14 @@ func TestProxyOlderEpochFinishesBeforeNewer(t *testing.T) {
 	// body is complete.
 	// The third time the old request's client gives up while the backend
 	// still works on it.
-	t.Run("held before header", func(t *testing.T) { testOlderFirst(t, false, false) })
-	t.Run("held mid-body", func(t *testing.T) { testOlderFirst(t, true, false) })
-	t.Run("client gone", func(t *testing.T) { testOlderFirst(t, false, true) })
+	eachTransport(t, func(t *testing.T, std bool) {
+		t.Run("held before header", func(t *testing.T) { testOlderFirst(t, std, false, false) })
+		t.Run("held mid-body", func(t *testing.T) { testOlderFirst(t, std, true, false) })
+		t.Run("client gone", func(t *testing.T) { testOlderFirst(t, std, false, true) })
+	})
 }
 
-func testOlderFirst(t *testing.T, midBody, clientGone bool) {
+func testOlderFirst(t *testing.T, std, midBody, clientGone bool) {
 	oldIn := make(chan struct{})
 	releaseOld := make(chan struct{})
 	newIn := make(chan bool, 1) // whether the old request had finished
@@ -242,7 +265,7 @@ func testOlderFirst(t *testing.T, midBody, clientGone bool) {
 			io.WriteString(w, "new")
 		}
 	})
-	e := newPxEnv(t, backend, storageguard.ProxyConfig{})
+	e := newPxEnv(t, backend, pxConfig(t, std, storageguard.ProxyConfig{}))
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(releaseOld) }) }
 	t.Cleanup(release) // before the servers close, even if the test failed
@@ -545,7 +568,9 @@ func TestProxyMisconfigured(t *testing.T) {
 // TestProxyBackendHangs: a backend that never answers is cut off at the
 // timeout with 504, sees its request cancelled, and a newer epoch then gets
 // through.
-func TestProxyBackendHangs(t *testing.T) {
+func TestProxyBackendHangs(t *testing.T) { eachTransport(t, testProxyBackendHangs) }
+
+func testProxyBackendHangs(t *testing.T, std bool) {
 	cancelled := make(chan struct{}, 2)
 	// hang waits for the request to be cancelled; the server notices a
 	// closed connection only once the request body was read.
@@ -570,7 +595,7 @@ func TestProxyBackendHangs(t *testing.T) {
 			io.WriteString(w, "ok")
 		}
 	})
-	e := newPxEnv(t, backend, storageguard.ProxyConfig{Timeout: 200 * time.Millisecond})
+	e := newPxEnv(t, backend, pxConfig(t, std, storageguard.ProxyConfig{Timeout: 200 * time.Millisecond}))
 	r := e.send("POST", "/", e.token(t, 1, "node-a"), "X-Req", "hang")
 	if r.status != http.StatusGatewayTimeout || r.refusal.Code != "backend_timeout" || r.refusal.Presented == nil {
 		t.Fatalf("hanging backend: %+v", r)
@@ -590,7 +615,9 @@ func TestProxyBackendHangs(t *testing.T) {
 // TestProxyBackendFails: a reset connection or an unreachable backend is a
 // 502; a response cut off mid-body aborts the client connection. Each time
 // the fence is released.
-func TestProxyBackendFails(t *testing.T) {
+func TestProxyBackendFails(t *testing.T) { eachTransport(t, testProxyBackendFails) }
+
+func testProxyBackendFails(t *testing.T, std bool) {
 	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Header.Get("X-Req") {
 		case "reset":
@@ -607,7 +634,7 @@ func TestProxyBackendFails(t *testing.T) {
 			io.WriteString(w, "ok")
 		}
 	})
-	e := newPxEnv(t, backend, storageguard.ProxyConfig{})
+	e := newPxEnv(t, backend, pxConfig(t, std, storageguard.ProxyConfig{}))
 	if r := e.send("POST", "/", e.token(t, 1, "node-a"), "X-Req", "reset"); r.status != http.StatusBadGateway || r.refusal.Code != "backend_error" {
 		t.Fatalf("reset: %+v", r)
 	}
@@ -628,12 +655,10 @@ func TestProxyBackendFails(t *testing.T) {
 	dead.Close()
 	codec := gtCodec(t, gtKey)
 	g := storageguard.NewGuard(storageguard.NewMemory(), storageguard.GuardConfig{Verifier: codec})
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("POST", "/", strings.NewReader("x"))
 	req.Header.Set(epoch.Header, gtSign(t, codec, gtEp(1, "node-a")))
-	storageguard.NewProxy(g, target, storageguard.ProxyConfig{Transport: tr}).ServeHTTP(rec, req)
+	storageguard.NewProxy(g, target, pxConfig(t, std, storageguard.ProxyConfig{})).ServeHTTP(rec, req)
 	if rec.Code != http.StatusBadGateway {
 		t.Fatalf("unreachable backend: %d %s", rec.Code, rec.Body)
 	}
