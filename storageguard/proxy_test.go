@@ -33,6 +33,9 @@ type pxEnv struct {
 	backend *httptest.Server
 	proxy   *httptest.Server
 	client  *http.Client
+	// backendConns and backendClosed count the connections the backend
+	// accepted and closed (newPxEnv only).
+	backendConns, backendClosed *atomic.Int64
 }
 
 // newPxEnv starts backend and a proxy in front of it. A nil cfg.Transport
@@ -41,14 +44,32 @@ type pxEnv struct {
 // http.Transport.
 func newPxEnv(t *testing.T, backend http.Handler, cfg storageguard.ProxyConfig) *pxEnv {
 	t.Helper()
+	srv := httptest.NewUnstartedServer(backend)
+	conns, closed := new(atomic.Int64), new(atomic.Int64)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			conns.Add(1)
+		case http.StateClosed:
+			closed.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	e := newPxEnvTo(t, srv.URL, cfg)
+	e.backend, e.backendConns, e.backendClosed = srv, conns, closed
+	return e
+}
+
+// newPxEnvTo starts a proxy in front of the backend at backendURL.
+func newPxEnvTo(t *testing.T, backendURL string, cfg storageguard.ProxyConfig) *pxEnv {
+	t.Helper()
 	e := &pxEnv{codec: gtCodec(t, gtKey), spy: gtSpy()}
 	e.guard = storageguard.NewGuard(e.spy, storageguard.GuardConfig{Cluster: "payments", Verifier: e.codec})
-	e.backend = httptest.NewServer(backend)
-	t.Cleanup(e.backend.Close)
 	if cfg.ErrorLog == nil {
 		cfg.ErrorLog = log.New(io.Discard, "", 0)
 	}
-	target, err := url.Parse(e.backend.URL)
+	target, err := url.Parse(backendURL)
 	if err != nil {
 		t.Fatal(err)
 	}

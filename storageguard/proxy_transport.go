@@ -34,8 +34,9 @@ const (
 )
 
 // errLeanHeaderTooLarge is the read error of a response header longer than
-// leanMaxHeaderBytes.
-var errLeanHeaderTooLarge = errors.New("storageguard: proxy: backend response header too large")
+// leanMaxHeaderBytes. The lean transport's errors carry no package prefix:
+// the proxy's error handler adds "storageguard: proxy: backend: ".
+var errLeanHeaderTooLarge = errors.New("response header too large")
 
 // leanTransport is the proxy's default transport to a plain-HTTP target. It
 // keeps a pool of persistent HTTP/1.1 connections to the target, and the
@@ -227,9 +228,9 @@ func (t *leanTransport) exchange(ctx context.Context, c *leanConn, req *http.Req
 		stop()
 		_ = c.conn.Close()
 		if cerr := ctx.Err(); cerr != nil {
-			return nil, false, fmt.Errorf("storageguard: proxy: backend: %w (%v)", cerr, err)
+			return nil, false, fmt.Errorf("%w (%v)", cerr, err)
 		}
-		return nil, retry, fmt.Errorf("storageguard: proxy: backend: %w", err)
+		return nil, retry, err
 	}
 	// Request.Write closes the body.
 	werr := req.Write(requestWriter{c.bw})
@@ -309,7 +310,7 @@ func (t *leanTransport) get(ctx context.Context, fresh bool) (*leanConn, error) 
 	}
 	conn, err := t.dialer.DialContext(ctx, "tcp", t.addr)
 	if err != nil {
-		return nil, fmt.Errorf("storageguard: proxy: dial backend: %w", err)
+		return nil, fmt.Errorf("dial: %w", err)
 	}
 	c := &leanConn{conn: conn, lr: limitReader{conn: conn, n: -1}}
 	c.br = bufio.NewReaderSize(&c.lr, leanBufSize)
@@ -369,7 +370,7 @@ func (t *leanTransport) CloseIdleConnections() {
 }
 
 // errLeanBodyClosed is the error of a read after Close.
-var errLeanBodyClosed = errors.New("storageguard: proxy: read on closed backend response body")
+var errLeanBodyClosed = errors.New("read on closed response body")
 
 // leanBody is a response body read straight from its connection. At its end
 // the connection goes back to the pool; an error or an early Close closes
@@ -399,7 +400,7 @@ func (b *leanBody) Read(p []byte) (int, error) {
 		b.finish(b.keep, io.EOF)
 	case err != nil:
 		if cerr := b.ctx.Err(); cerr != nil {
-			err = fmt.Errorf("storageguard: proxy: backend response body: %w (%v)", cerr, err)
+			err = fmt.Errorf("response body: %w (%v)", cerr, err)
 		}
 		b.finish(false, err)
 	}
