@@ -51,11 +51,20 @@ type ProxyConfig struct {
 	// False (the default): a request without a token is refused with 401.
 	UnfencedReads bool
 	// Transport sends requests to the backend. Nil: a transport of the
-	// proxy's own that keeps up to 256 idle connections to the backend (so
-	// hundreds of concurrent clients reuse connections), ignores proxy
-	// environment variables, never adds compression of its own and closes
-	// idle connections after 90 s. Pass
-	// your own to control its lifetime (CloseIdleConnections) or its TLS.
+	// proxy's own. For an http target it keeps up to 256 idle HTTP/1.1
+	// connections to the backend (so hundreds of concurrent clients reuse
+	// connections) and the handling goroutine itself writes each request and
+	// reads its response, without the per-connection goroutines of
+	// http.Transport; a connection idle for 90 s is closed when next looked
+	// at, and one the backend closed while idle is noticed before reuse. A
+	// request failing on a reused connection before any response byte is
+	// retried once on a new one only if it is replayable (GET, HEAD,
+	// OPTIONS, TRACE without a body, or with an Idempotency-Key header).
+	// Protocol upgrades, Expect: 100-continue, request bodies of unknown
+	// length or over 16 KiB, and https targets go through an http.Transport
+	// with the same pool size that ignores proxy environment variables and
+	// never adds compression of its own. Pass your own to control its
+	// lifetime (CloseIdleConnections) or its TLS.
 	Transport http.RoundTripper
 	// ErrorLog receives errors the proxy cannot report to the client (a
 	// response body cut off mid-copy). Nil: the log package's standard

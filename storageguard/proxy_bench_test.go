@@ -1,6 +1,7 @@
 package storageguard_test
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"net"
@@ -29,24 +30,55 @@ import (
 // all run in this process) and how many connections the backend accepted
 // (both paths; it stays flat when connections are reused). The two paths
 // alternate in rounds so that outside load hits both alike.
-// The sub-benchmarks vary the backend's service time (an injected sleep
-// standing for the resource's own work).
+// The sub-benchmarks vary the backend's service time: an injected sleep
+// standing for a resource that waits (disk, network), or about 100 µs of CPU
+// work per request (hashing) standing for one that computes on the same
+// cores.
 //
 //	go test -run '^$' -bench ProxyOverhead -benchtime 20000x ./storageguard/
 func BenchmarkProxyOverhead(b *testing.B) {
 	for _, service := range []time.Duration{0, time.Millisecond, 10 * time.Millisecond} {
-		b.Run(fmt.Sprintf("clients=64/backend=%v", service), func(b *testing.B) { benchProxyOverhead(b, 64, service) })
+		b.Run(fmt.Sprintf("clients=64/backend=%v", service), func(b *testing.B) { benchProxyOverhead(b, 64, service, 0) })
 	}
+	b.Run("clients=64/backend=100µs-cpu", func(b *testing.B) { benchProxyOverhead(b, 64, 0, 100*time.Microsecond) })
 	// One client at a time: the hop's own latency, without queueing for CPU.
-	b.Run("clients=1/backend=0s", func(b *testing.B) { benchProxyOverhead(b, 1, 0) })
+	b.Run("clients=1/backend=0s", func(b *testing.B) { benchProxyOverhead(b, 1, 0, 0) })
 }
 
-func benchProxyOverhead(b *testing.B, benchClients int, service time.Duration) {
+// cpuWork returns a function that burns about d of CPU: SHA-256 rounds
+// over a small buffer, their number measured once here.
+func cpuWork(d time.Duration) func() {
+	if d <= 0 {
+		return func() {}
+	}
+	buf := make([]byte, 1024)
+	round := func(n int) {
+		for range n {
+			sum := sha256.Sum256(buf)
+			buf[0] ^= sum[0]
+		}
+	}
+	const probe = 2000
+	var best time.Duration
+	for range 5 { // the fastest of a few probes: least disturbed
+		t0 := time.Now()
+		round(probe)
+		if el := time.Since(t0); best == 0 || el < best {
+			best = el
+		}
+	}
+	n := max(1, int(int64(probe)*int64(d)/int64(best)))
+	return func() { round(n) }
+}
+
+func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Duration) {
+	work := cpuWork(cpu)
 	backend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		if service > 0 {
 			time.Sleep(service)
 		}
+		work()
 		io.WriteString(w, "ok")
 	}))
 	var backendConns atomic.Int64 // connections the backend accepted
