@@ -282,10 +282,11 @@ func (t *leanTransport) exchange(ctx context.Context, c *leanConn, req *http.Req
 	return resp, false, nil
 }
 
-// release ends an exchange on c: it goes back to the pool if keep and the
-// cancellation hook had not fired, else it is closed.
+// release ends an exchange on c: it goes back to the pool if keep, the
+// cancellation hook had not fired and the backend sent nothing beyond the
+// response, else it is closed.
 func (t *leanTransport) release(c *leanConn, stop func() bool, keep bool) {
-	if stop() && keep {
+	if stop() && keep && c.br.Buffered() == 0 {
 		t.put(c)
 		return
 	}

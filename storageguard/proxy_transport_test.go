@@ -557,6 +557,27 @@ func TestProxyTransportBadResponses(t *testing.T) {
 	}
 }
 
+// TestProxyTransportUnsolicitedBytes: a backend that sends bytes after a
+// response (or while the connection is idle) has broken the framing; the
+// connection is not used again.
+func TestProxyTransportUnsolicitedBytes(t *testing.T) {
+	rb := newRawBackend(t, func(conn, n int, req *http.Request, body []byte, bw *bufio.Writer) bool {
+		respond(bw, 200, fmt.Sprintf("%d/%d", conn, n))
+		if req.URL.Path == "/junk" {
+			bw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\njunk")
+		}
+		return true
+	})
+	e := newPxEnvTo(t, rb.url(), storageguard.ProxyConfig{})
+	tok := e.token(t, 1, "node-a")
+	if r := e.send("POST", "/junk", tok); r.status != 200 || r.body != "1/1" {
+		t.Fatalf("junk: %+v", r)
+	}
+	if r := e.send("POST", "/ok", tok); r.status != 200 || r.body != "2/1" {
+		t.Fatalf("after junk: %+v, want 2/1 (a new connection)", r)
+	}
+}
+
 // TestProxyTransportUpgrade: a protocol upgrade goes through the fallback
 // transport and the upgraded connection carries data both ways.
 func TestProxyTransportUpgrade(t *testing.T) {
