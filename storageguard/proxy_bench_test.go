@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -174,13 +173,6 @@ func (r *loadResult) add(o loadResult) {
 	r.lat = append(r.lat, o.lat...)
 }
 
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 func (r loadResult) rps() float64 { return float64(r.n) / r.wall.Seconds() }
 
