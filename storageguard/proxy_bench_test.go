@@ -173,7 +173,6 @@ func (r *loadResult) add(o loadResult) {
 	r.lat = append(r.lat, o.lat...)
 }
 
-
 func (r loadResult) rps() float64 { return float64(r.n) / r.wall.Seconds() }
 
 func (r loadResult) p(q int) time.Duration { return r.lat[(len(r.lat)-1)*q/100] }
