@@ -175,6 +175,12 @@ func (t *leanTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.fallback.RoundTrip(req)
 	}
 	ctx := req.Context()
+	if err := ctx.Err(); err != nil {
+		// Too late: the cancellation hook runs asynchronously and could
+		// lose the race against a quick exchange on a pooled connection.
+		closeBody(req)
+		return nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		c, err := t.get(ctx, attempt > 0)
 		if err != nil {

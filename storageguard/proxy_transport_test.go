@@ -661,3 +661,71 @@ func TestProxyTransportManyConcurrent(t *testing.T) {
 		t.Fatalf("backend connections: %d for %d concurrent clients", n, clients)
 	}
 }
+
+// TestProxyTransportNoCrossTalk: many concurrent requests, some cut off by
+// the proxy's timeout before or in the middle of their response, share the
+// pool. Every complete response must be the one to its own request: a
+// connection handed back with a response (or part of one) still unread
+// would answer the next request with someone else's bytes.
+func TestProxyTransportNoCrossTalk(t *testing.T) {
+	const clients, each = 16, 25
+	const timeout = 100 * time.Millisecond
+	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Req")
+		io.Copy(io.Discard, r.Body)
+		var n int
+		fmt.Sscan(strings.TrimPrefix(id, "r"), &n)
+		switch n % 5 {
+		case 1: // too slow: cut off before the header
+			time.Sleep(2 * timeout)
+		case 2: // too slow: cut off mid-body
+			w.Header().Set("Content-Length", "4096")
+			io.WriteString(w, strings.Repeat(id[:1], 100))
+			http.NewResponseController(w).Flush()
+			time.Sleep(2 * timeout)
+			return
+		case 3: // chunked, in parts
+			for range 3 {
+				io.WriteString(w, id+";")
+				http.NewResponseController(w).Flush()
+			}
+			return
+		}
+		io.WriteString(w, id+";"+id+";"+id+";")
+	})
+	e := newPxEnv(t, backend, storageguard.ProxyConfig{Timeout: timeout})
+	tok := e.token(t, 1, "node-a")
+	var wg sync.WaitGroup
+	errs := make(chan error, clients*each)
+	var ok, cut atomic.Int64
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				n := c*each + i
+				id := fmt.Sprint("r", n)
+				r := e.sendBody(context.Background(), "POST", "/", tok, []byte(id), "X-Req", id)
+				switch {
+				case r.err == nil && r.status == 200:
+					if want := id + ";" + id + ";" + id + ";"; r.body != want {
+						errs <- fmt.Errorf("%s: got %q, want %q", id, r.body, want)
+					}
+					ok.Add(1)
+				case n%5 == 1 && r.status == http.StatusGatewayTimeout, n%5 == 2 && r.err != nil:
+					cut.Add(1)
+				default:
+					errs <- fmt.Errorf("%s (case %d): %d %q %v", id, n%5, r.status, r.body, r.err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if ok.Load() == 0 || cut.Load() == 0 {
+		t.Fatalf("%d complete, %d cut off: the test did not exercise both", ok.Load(), cut.Load())
+	}
+}
