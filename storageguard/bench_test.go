@@ -146,9 +146,11 @@ func benchFile(b *testing.B, open func(b *testing.B, dir string) storageguard.Fe
 	})
 }
 
-// BenchmarkDirSyscalls measures the system calls a same-epoch Dir.Do is
-// made of (flock shared + unlock, one pread of the two slots), and a trivial
-// system call, to show the floor the per-Do cost cannot go below.
+// BenchmarkDirSyscalls measures the system calls a Dir.Do pays when it
+// takes the resource's shared lock from scratch (flock shared + unlock, one
+// pread of the two slots; the intent lock adds another flock pair), and a
+// trivial system call. A same-epoch Do while the process holds the lock
+// makes none (BenchmarkDirSameEpoch).
 func BenchmarkDirSyscalls(b *testing.B) {
 	fh, err := os.Create(filepath.Join(b.TempDir(), "x"))
 	if err != nil {
