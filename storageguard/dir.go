@@ -60,10 +60,12 @@ import (
 // when it finds a raiser waiting it admits no new writer on its lock, lets
 // the writes in flight finish and releases the flock, and its next writers
 // queue behind the raiser. A raise from another process therefore waits for
-// the writes in flight under the older epoch plus about one probe interval
-// (or the linger, if the holder is idle), however busy the holders are. A
-// raise inside the process drops the process's own hold once its writers
-// have finished. The intent file only orders lockers: safety rests on the
+// the writes in flight under the older epoch plus up to about one probe
+// interval (an idle holder lets go after the linger if that comes first),
+// however busy the holders are; writers probe for themselves, so a timer
+// delayed by saturated cores does not stretch that. A raise inside the
+// process drops the process's own hold once its writers have finished (the
+// read-write lock already makes it wait for them and holds newcomers back). The intent file only orders lockers: safety rests on the
 // fence file's flock alone, and an intent file removed from outside costs
 // only the writer preference.
 //
@@ -91,9 +93,8 @@ import (
 // process must run this version of the protocol: a process that raises
 // without the intent file gets no writer preference (its raise can wait
 // behind sticky holders for as long as they are busy; it is still safe).
-// Dir keeps two open files per resource it has used until Close, and while
-// a process holds a resource's lock, other processes' raises wait up to the
-// probe interval or the linger.
+// Dir keeps two open files per resource it has used until Close, and a
+// timer per resource whose lock it holds.
 type Dir struct {
 	dir     string
 	dirFile *os.File // fsynced after each rename
@@ -326,7 +327,7 @@ func (d *Dir) join(e *dirEntry) bool {
 	}
 	// Busy holders probe from their writers (a timer may run late on
 	// loaded cores); one writer per probe interval pays for it.
-	if at := e.probeAt.Load(); d.now() >= at && e.probeAt.CompareAndSwap(at, d.now()+int64(d.probe)) {
+	if at, now := e.probeAt.Load(), d.now(); now >= at && e.probeAt.CompareAndSwap(at, now+int64(d.probe)) {
 		if e.raiserWaiting() {
 			e.state.Or(stDraining) // this writer is inside: its leave or a later one releases
 		}
@@ -466,7 +467,7 @@ func (d *Dir) tickEntry(e *dirEntry) {
 		e.lastUse = now
 	}
 	if s&stDraining == 0 {
-		if at := e.probeAt.Load(); d.now() >= at && e.probeAt.CompareAndSwap(at, d.now()+int64(d.probe)) && e.raiserWaiting() {
+		if at, mono := e.probeAt.Load(), d.now(); mono >= at && e.probeAt.CompareAndSwap(at, mono+int64(d.probe)) && e.raiserWaiting() {
 			s = e.state.Or(stDraining) | stDraining
 		}
 	}
