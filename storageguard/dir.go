@@ -466,12 +466,13 @@ func (d *Dir) tickEntry(e *dirEntry) {
 	if s&stUsed != 0 {
 		e.lastUse = now
 	}
-	if s&stDraining == 0 {
+	idle := s>>stCountShift == 0 && now.Sub(e.lastUse) >= d.linger
+	if !idle && s&stDraining == 0 {
 		if at, mono := e.probeAt.Load(), d.now(); mono >= at && e.probeAt.CompareAndSwap(at, mono+int64(d.probe)) && e.raiserWaiting() {
 			s = e.state.Or(stDraining) | stDraining
 		}
 	}
-	if s>>stCountShift == 0 && (s&stDraining != 0 || now.Sub(e.lastUse) >= d.linger) {
+	if s>>stCountShift == 0 && (idle || s&stDraining != 0) {
 		e.releaseLocked() // refuses if a writer joined meanwhile
 	}
 	if e.state.Load()&stHeld != 0 {

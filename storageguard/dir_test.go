@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/termfence/termfence/storageguard"
 )
@@ -76,6 +77,15 @@ func TestDirNamesStayInside(t *testing.T) {
 func TestDirTwoHandles(t *testing.T) {
 	dir := t.TempDir()
 	testFenceTwoHandles(t, openDir(t, dir), openDir(t, dir))
+}
+
+// TestDirTwoHandlesSticky: the same with shared locks that are never let go
+// for idleness, so each handle's raises get through only because the other
+// probes for them and yields.
+func TestDirTwoHandlesSticky(t *testing.T) {
+	dir := t.TempDir()
+	o := storageguard.DirOptions{Linger: time.Hour}
+	testFenceTwoHandles(t, openDirWith(t, dir, o), openDirWith(t, dir, o))
 }
 
 func TestDirCorruptFile(t *testing.T) {
