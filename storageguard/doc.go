@@ -8,7 +8,10 @@
 //   - NewMemory: in memory, per-resource read-write locks; not durable.
 //   - OpenBolt: one bbolt file, for a single storage process.
 //   - OpenDir: a directory of fence files with flock(2), for several
-//     processes sharing a disk.
+//     processes sharing a disk. A process keeps a resource's shared lock
+//     between its writes (OpenDirWith tunes how long), so a write under the
+//     current epoch makes no system call; a raise in another process makes
+//     it let go within about a millisecond.
 //   - OpenSQL: a table in SQLite or PostgreSQL; SQL.Tx makes the check part
 //     of the application's own transaction.
 //   - package pgfence: the same PostgreSQL table through a pgx pool; its Tx
@@ -53,7 +56,8 @@
 //     real leader out for good.
 //   - Contexts: a call checks its context before waiting and before write,
 //     but a raise already waiting for in-flight writes (Memory, Bolt, Dir)
-//     waits for them; cancelling does not abandon the wait.
+//     waits for them, and so does a Dir write queued behind another
+//     process's raise; cancelling does not abandon the wait.
 //
 // # Guard, proxy and middleware
 //
