@@ -59,7 +59,7 @@ type ProxyConfig struct {
 	// at, and one the backend closed while idle is noticed before reuse. A
 	// request failing on a reused connection before any response byte is
 	// retried once on a new one only if it is replayable (GET, HEAD,
-	// OPTIONS, TRACE without a body, or with an Idempotency-Key header).
+	// OPTIONS, TRACE, or with an Idempotency-Key header; without a body).
 	// Protocol upgrades, Expect: 100-continue, request bodies of unknown
 	// length or over 16 KiB, and https targets go through an http.Transport
 	// with the same pool size that ignores proxy environment variables and

@@ -60,8 +60,8 @@ var errLeanHeaderTooLarge = errors.New("response header too large")
 //
 // A reused connection is first checked for a close from the backend (one
 // non-blocking peek, see connAlive). If it fails anyway before any byte of
-// the response arrived, a replayable request (GET, HEAD, OPTIONS or TRACE
-// without a body, or one with an Idempotency-Key header) is retried once on
+// the response arrived, a replayable request (GET, HEAD, OPTIONS or TRACE,
+// or one with an Idempotency-Key header; without a body) is retried once on
 // a new connection; any other request fails (the proxy answers 502), since
 // the backend may have acted on it.
 type leanTransport struct {
@@ -206,9 +206,11 @@ func closeBody(req *http.Request) {
 }
 
 // replayable reports whether req may be sent a second time after a reused
-// connection failed before any response byte: the rule of http.Transport.
+// connection failed before any response byte: http.Transport's rule, but
+// only without a body (the transport does not rewind one with GetBody; a
+// proxied request has none anyway).
 func replayable(req *http.Request) bool {
-	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+	if req.Body != nil && req.Body != http.NoBody {
 		return false
 	}
 	switch req.Method {

@@ -271,6 +271,11 @@ func TestReplayable(t *testing.T) {
 		{"POST", nil, "X-Idempotency-Key", true},
 		{"POST", body, "Idempotency-Key", false},
 	}
+	// A body is never replayed, even one that GetBody could rewind.
+	withGetBody, _ := http.NewRequest("GET", "http://backend/", strings.NewReader("x"))
+	if withGetBody.GetBody == nil || replayable(withGetBody) {
+		t.Error("a GET with a rewindable body is replayable")
+	}
 	for _, c := range cases {
 		req := &http.Request{Method: c.method, Body: c.body, Header: http.Header{}}
 		if c.key != "" {
