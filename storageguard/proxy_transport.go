@@ -352,17 +352,38 @@ func (t *leanTransport) popIdle() *leanConn {
 	return nil
 }
 
-// put returns c to the pool, or closes it if the pool is full.
+// put returns c to the pool, or closes it if the pool is full. It also
+// closes the connections at the bottom of the pool that have been idle for
+// longer than idleTimeout: with fewer requests in flight than connections
+// pooled, the bottom ones are never taken again.
 func (t *leanTransport) put(c *leanConn) {
-	c.idleAt = time.Now()
+	now := time.Now()
+	c.idleAt = now
+	var expired []*leanConn
 	t.mu.Lock()
-	if len(t.idle) >= t.maxIdle {
-		t.mu.Unlock()
-		_ = c.conn.Close()
-		return
+	if t.idleTimeout > 0 {
+		n := 0
+		for n < len(t.idle) && now.Sub(t.idle[n].idleAt) > t.idleTimeout {
+			n++
+		}
+		if n > 0 {
+			expired = append(expired, t.idle[:n]...)
+			m := copy(t.idle, t.idle[n:])
+			clear(t.idle[m:])
+			t.idle = t.idle[:m]
+		}
 	}
-	t.idle = append(t.idle, c)
+	full := len(t.idle) >= t.maxIdle
+	if !full {
+		t.idle = append(t.idle, c)
+	}
 	t.mu.Unlock()
+	if full {
+		_ = c.conn.Close()
+	}
+	for _, old := range expired {
+		_ = old.conn.Close()
+	}
 }
 
 // CloseIdleConnections closes the pooled connections and the fallback

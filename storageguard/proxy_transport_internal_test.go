@@ -181,6 +181,14 @@ func TestLeanTransportPoolLimits(t *testing.T) {
 	if r1.Header.Get("X-Remote") == r2.Header.Get("X-Remote") {
 		t.Fatal("an expired idle connection was reused")
 	}
+	// Two connections out at once; as the second comes back, the first
+	// (idle longer than the timeout) is closed rather than kept below it.
+	ra, rb := leanDo(t, tr, ctx, "GET", u), leanDo(t, tr, ctx, "GET", u)
+	readAll(t, ra)
+	readAll(t, rb)
+	if n := tr.idleCount(); n != 1 {
+		t.Fatalf("idle after two returns with a 1 ns idle timeout: %d, want 1", n)
+	}
 	tr.idleTimeout = 0
 	tr.maxIdle = 2
 	var open []*http.Response
