@@ -55,8 +55,9 @@ type ProxyConfig struct {
 	// connections to the backend (so hundreds of concurrent clients reuse
 	// connections) and the handling goroutine itself writes each request and
 	// reads its response, without the per-connection goroutines of
-	// http.Transport; a connection idle for 90 s is closed when next looked
-	// at, and one the backend closed while idle is noticed before reuse. A
+	// http.Transport. No timer runs: a connection idle for more than 90 s is
+	// closed the next time the pool is used, and one the backend closed
+	// while idle is noticed (one non-blocking peek) before reuse. A
 	// request failing on a reused connection before any response byte is
 	// retried once on a new one only if it is replayable (GET, HEAD,
 	// OPTIONS, TRACE, or with an Idempotency-Key header; without a body).
