@@ -89,10 +89,12 @@ func (e *Election) wakeSpread() time.Duration {
 }
 
 // transferGap staggers the followers' transfer requests after a refused
-// dial: long enough for the first to win (two fsyncs and two one-way
-// delays) and be heard from.
+// dial. Each follower counts from its own last contact, and those differ by
+// up to HT/5 (wakeSpread covers that); on top, the first needs time to win
+// (fsyncs of term and vote on both sides, two one-way delays) and be heard
+// from.
 func (e *Election) transferGap() time.Duration {
-	return max(e.cfg.HeartbeatTimeout/10, 5*time.Millisecond)
+	return e.wakeSpread() + max(e.cfg.HeartbeatTimeout/10, 5*time.Millisecond)
 }
 
 // killedGap staggers the followers woken by a pre-vote in clusters of five
