@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,16 +33,32 @@ import (
 // The sub-benchmarks vary the backend's service time: an injected sleep
 // standing for a resource that waits (disk, network), or about 100 µs of CPU
 // work per request (hashing) standing for one that computes on the same
-// cores.
+// cores. With one fixed sleep the 64 closed-loop clients stay in lockstep:
+// every request of a burst reaches the proxy at once and queues for the two
+// cores behind the other 63. The "5-15ms" case spreads the sleeps evenly
+// over 5-15 ms instead, by request number, so both paths see the same set of
+// service times and the difference of their p50s is the proxy's.
 //
 //	go test -run '^$' -bench ProxyOverhead -benchtime 20000x ./storageguard/
 func BenchmarkProxyOverhead(b *testing.B) {
 	for _, service := range []time.Duration{0, time.Millisecond, 10 * time.Millisecond} {
-		b.Run(fmt.Sprintf("clients=64/backend=%v", service), func(b *testing.B) { benchProxyOverhead(b, 64, service, 0) })
+		b.Run(fmt.Sprintf("clients=64/backend=%v", service), func(b *testing.B) { benchProxyOverhead(b, 64, service, 0, false) })
 	}
-	b.Run("clients=64/backend=100µs-cpu", func(b *testing.B) { benchProxyOverhead(b, 64, 0, 100*time.Microsecond) })
+	b.Run("clients=64/backend=5-15ms", func(b *testing.B) { benchProxyOverhead(b, 64, 10*time.Millisecond, 0, true) })
+	b.Run("clients=64/backend=100µs-cpu", func(b *testing.B) { benchProxyOverhead(b, 64, 0, 100*time.Microsecond, false) })
 	// One client at a time: the hop's own latency, without queueing for CPU.
-	b.Run("clients=1/backend=0s", func(b *testing.B) { benchProxyOverhead(b, 1, 0, 0) })
+	b.Run("clients=1/backend=0s", func(b *testing.B) { benchProxyOverhead(b, 1, 0, 0, false) })
+}
+
+// serviceHeader carries a request's backend sleep in the spread case.
+const serviceHeader = "X-Bench-Service-Us"
+
+// spreadService returns request i's backend sleep: mean evenly spread over
+// [mean/2, 3*mean/2) by a fixed permutation of the request numbers.
+func spreadService(mean time.Duration, i int) time.Duration {
+	const steps = 1000
+	k := (i * 617) % steps // 617 is prime to 1000: every step once per 1000
+	return mean/2 + mean*time.Duration(k)/steps
 }
 
 // cpuWork returns a function that burns about d of CPU: SHA-256 rounds
@@ -70,11 +87,18 @@ func cpuWork(d time.Duration) func() {
 	return func() { round(n) }
 }
 
-func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Duration) {
+func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Duration, spread bool) {
 	work := cpuWork(cpu)
 	backend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
-		if service > 0 {
+		if h := r.Header.Get(serviceHeader); h != "" {
+			n, err := strconv.Atoi(h)
+			if err != nil {
+				http.Error(w, "bad "+serviceHeader, http.StatusBadRequest)
+				return
+			}
+			time.Sleep(time.Duration(n) * time.Microsecond)
+		} else if service > 0 {
 			time.Sleep(service)
 		}
 		work()
@@ -112,7 +136,7 @@ func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Durati
 		c   *http.Client
 		url string
 	}{{directClient, backend.URL}, {proxyClient, proxy.URL}} {
-		if _, err := runLoad(p.c, p.url, tok, benchClients, 4*benchClients); err != nil {
+		if _, err := runLoad(p.c, p.url, tok, benchClients, 4*benchClients, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -121,6 +145,10 @@ func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Durati
 	// benchmark hits both alike.
 	const rounds = 10
 	var direct, proxied loadResult
+	var sleepOf func(i int) time.Duration
+	if spread {
+		sleepOf = func(i int) time.Duration { return spreadService(service, i) }
+	}
 	b.ResetTimer()
 	for r := range rounds {
 		n := b.N / rounds
@@ -130,11 +158,11 @@ func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Durati
 		if n == 0 {
 			continue
 		}
-		d, err := runLoad(directClient, backend.URL, tok, benchClients, n)
+		d, err := runLoad(directClient, backend.URL, tok, benchClients, n, sleepOf)
 		if err != nil {
 			b.Fatal(err)
 		}
-		p, err := runLoad(proxyClient, proxy.URL, tok, benchClients, n)
+		p, err := runLoad(proxyClient, proxy.URL, tok, benchClients, n, sleepOf)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -178,8 +206,9 @@ func (r loadResult) rps() float64 { return float64(r.n) / r.wall.Seconds() }
 func (r loadResult) p(q int) time.Duration { return r.lat[(len(r.lat)-1)*q/100] }
 
 // runLoad sends n POSTs to url from clients goroutines and returns the wall
-// time, CPU time and every request's latency.
-func runLoad(c *http.Client, url, token string, clients, n int) (loadResult, error) {
+// time, CPU time and every request's latency. sleepOf, if set, gives the
+// backend sleep of request i (sent in serviceHeader).
+func runLoad(c *http.Client, url, token string, clients, n int, sleepOf func(i int) time.Duration) (loadResult, error) {
 	lat := make([]time.Duration, n)
 	var next atomic.Int64
 	var firstErr error
@@ -197,6 +226,9 @@ func runLoad(c *http.Client, url, token string, clients, n int) (loadResult, err
 				}
 				req, _ := http.NewRequest("POST", url, strings.NewReader("payload of a write"))
 				req.Header.Set(epoch.Header, token)
+				if sleepOf != nil {
+					req.Header.Set(serviceHeader, strconv.Itoa(int(sleepOf(i)/time.Microsecond)))
+				}
 				t0 := time.Now()
 				resp, err := c.Do(req)
 				if err == nil {
