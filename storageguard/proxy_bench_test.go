@@ -33,11 +33,11 @@ import (
 // The sub-benchmarks vary the backend's service time: an injected sleep
 // standing for a resource that waits (disk, network), or about 100 µs of CPU
 // work per request (hashing) standing for one that computes on the same
-// cores. With one fixed sleep the 64 closed-loop clients stay in lockstep:
-// every request of a burst reaches the proxy at once and queues for the two
-// cores behind the other 63. The "5-15ms" case spreads the sleeps evenly
-// over 5-15 ms instead, by request number, so both paths see the same set of
-// service times and the difference of their p50s is the proxy's.
+// cores. With one fixed sleep the 64 closed-loop clients can stay in
+// lockstep, every request of a burst reaching the proxy at once; the
+// "5-15ms" case spreads the sleeps evenly over 5-15 ms instead, by request
+// number, so that arrivals spread out while both paths still see the same
+// set of service times (the difference of their p50s is the proxy's).
 //
 //	go test -run '^$' -bench ProxyOverhead -benchtime 20000x ./storageguard/
 func BenchmarkProxyOverhead(b *testing.B) {
