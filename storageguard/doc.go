@@ -82,6 +82,12 @@
 //     been copied to the client in full, or after it was cut off at
 //     ProxyConfig.Timeout.
 //   - Writes under the same epoch run concurrently.
+//   - The proxy retries a request to the backend only when a pooled
+//     connection failed before any response byte and the request is
+//     replayable (GET, HEAD, OPTIONS, TRACE or with an Idempotency-Key, and
+//     without a body); any other failure is answered 502 and not repeated.
+//     Its default transport keeps up to 256 idle HTTP/1.1 connections to the
+//     backend (ProxyConfig.Transport replaces it).
 //
 // Non-guarantees:
 //
