@@ -6,11 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"sync/atomic"
-	"time"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard/internal/txretry"
 )
 
 // Dialect selects the SQL spoken by an SQL fence.
@@ -146,10 +145,6 @@ func OpenSQL(ctx context.Context, db *sql.DB, d Dialect) (*SQL, error) {
 	return s, nil
 }
 
-// errNeedRaise: the shared attempt found ep newer than the highest; the
-// caller raises under the exclusive lock and tries again.
-var errNeedRaise = errors.New("storageguard: raise needed")
-
 // sqlMode is how an attempt locks the fence row.
 type sqlMode int
 
@@ -218,12 +213,12 @@ func (s *SQL) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode
 	}
 	if d.Raise {
 		if !raiseInTx && !(mode == exclusive && fn == nil) {
-			return errNeedRaise
+			return txretry.ErrNeedRaise
 		}
 		if mode == shared && s.d == Postgres {
 			// Never upgrade FOR SHARE to FOR UPDATE in one transaction: two
 			// raisers doing so deadlock. Start over exclusively.
-			return errNeedRaise
+			return txretry.ErrNeedRaise
 		}
 		if _, err := tx.ExecContext(ctx, s.qUpdate, ep.Cluster, int64(ep.Term), ep.Leader, key); err != nil {
 			return err
@@ -241,9 +236,9 @@ func (s *SQL) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode
 	return tx.Commit()
 }
 
-// run drives attempts: it switches to the exclusive mode when a raise is
-// needed, raises in a transaction of its own first when raiseInTx is false,
-// and retries serialization failures with backoff.
+// run drives attempts (txretry.Run): exclusive when a raise is needed,
+// the raise committed alone first unless raiseInTx, serialization failures
+// retried with backoff.
 func (s *SQL) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInTx bool, fn func(*sql.Tx) error) error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -257,63 +252,22 @@ func (s *SQL) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInT
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	mode := shared
-	for attempts := 0; ; {
-		var err error
-		if mode == exclusive && !raiseInTx {
-			// Commit the raise alone, so it is durable before fn runs.
-			err = s.attempt(ctx, resource, ep, exclusive, false, nil)
-			if err == nil {
-				mode = shared
-				continue
-			}
-		} else {
-			err = s.attempt(ctx, resource, ep, mode, raiseInTx, fn)
-		}
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, errNeedRaise):
+	attempt := func(excl, withFn bool) error {
+		mode := shared
+		if excl {
 			mode = exclusive
-			continue
-		case retryable(err):
-			attempts++
-			if attempts >= sqlMaxAttempts {
-				return fmt.Errorf("storageguard: SQL fence gave up after %d attempts: %w", attempts, err)
-			}
-			if err := backoff(ctx, attempts); err != nil {
-				return err
-			}
-			continue
 		}
-		return err
+		if !withFn {
+			return s.attempt(ctx, resource, ep, exclusive, false, nil)
+		}
+		return s.attempt(ctx, resource, ep, mode, raiseInTx, fn)
 	}
+	return txretry.Run(ctx, attempt, raiseInTx, retryable, sqlMaxAttempts, "storageguard: SQL fence")
 }
 
 // retry runs op, retrying transient failures.
 func (s *SQL) retry(ctx context.Context, op func() error) error {
-	for attempts := 1; ; attempts++ {
-		err := op()
-		if err == nil || !retryable(err) || attempts >= sqlMaxAttempts {
-			return err
-		}
-		if err := backoff(ctx, attempts); err != nil {
-			return err
-		}
-	}
-}
-
-func backoff(ctx context.Context, attempt int) error {
-	d := time.Millisecond << min(attempt, 7) // up to 128 ms
-	d = d/2 + rand.N(d/2+1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return txretry.Retry(ctx, op, retryable, sqlMaxAttempts)
 }
 
 // retryable reports a serialization failure or deadlock (PostgreSQL

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/internal/txretry"
 )
 
 // The table is storageguard.SQL's PostgreSQL table: both fences may guard
@@ -66,10 +65,6 @@ func Open(ctx context.Context, pool *pgxpool.Pool) (*Fence, error) {
 	return f, nil
 }
 
-// errNeedRaise: a shared attempt found ep newer than the highest; the
-// caller raises under FOR UPDATE and tries again.
-var errNeedRaise = errors.New("pgfence: raise needed")
-
 // attempt runs one transaction: begin and lock and read the fence row in
 // one round trip (FOR SHARE, or, exclusive, create the row if missing and
 // lock it FOR UPDATE), decide, raise if exclusive, run fn, commit.
@@ -108,7 +103,7 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, ex
 		if !exclusive {
 			// Never upgrade FOR SHARE to FOR UPDATE in one transaction:
 			// two raisers doing so deadlock. Start over exclusively.
-			return errNeedRaise
+			return txretry.ErrNeedRaise
 		}
 		if _, err := tx.Exec(ctx, qUpdate, ep.Cluster, int64(ep.Term), ep.Leader, key); err != nil {
 			return err
@@ -151,9 +146,9 @@ func readBatch(br pgx.BatchResults, exclusive bool) (epoch.Epoch, error) {
 	return h, br.Close()
 }
 
-// run drives attempts: exclusive when a raise is needed (committed alone
-// first unless raiseInTx), retrying serialization failures and deadlocks
-// with backoff.
+// run drives attempts (txretry.Run): exclusive when a raise is needed, the
+// raise committed alone first unless raiseInTx, serialization failures and
+// deadlocks retried with backoff.
 func (f *Fence) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInTx bool, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
 	if f.closed.Load() {
 		return storageguard.ErrClosed
@@ -167,36 +162,13 @@ func (f *Fence) run(ctx context.Context, resource string, ep epoch.Epoch, raiseI
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	exclusive := false
-	for attempts := 0; ; {
-		var err error
-		if exclusive && !raiseInTx {
-			// Commit the raise alone, so it is durable before fn runs.
-			if err = f.attempt(ctx, resource, ep, true, pgx.TxOptions{}, nil); err == nil {
-				exclusive = false
-				continue
-			}
-		} else {
-			err = f.attempt(ctx, resource, ep, exclusive, opts, fn)
+	attempt := func(exclusive, withFn bool) error {
+		if !withFn {
+			return f.attempt(ctx, resource, ep, true, pgx.TxOptions{}, nil)
 		}
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, errNeedRaise):
-			exclusive = true
-			continue
-		case retryable(err):
-			attempts++
-			if attempts >= maxAttempts {
-				return fmt.Errorf("pgfence: gave up after %d attempts: %w", attempts, err)
-			}
-			if err := backoff(ctx, attempts); err != nil {
-				return err
-			}
-			continue
-		}
-		return err
+		return f.attempt(ctx, resource, ep, exclusive, opts, fn)
 	}
+	return txretry.Run(ctx, attempt, raiseInTx, retryable, maxAttempts, "pgfence:")
 }
 
 // Tx runs fn in one transaction with the check of ep for resource and, if
@@ -308,28 +280,7 @@ func (f *Fence) Close() error {
 
 // retry runs op, retrying serialization failures and deadlocks.
 func retry(ctx context.Context, op func() error) error {
-	for attempts := 1; ; attempts++ {
-		err := op()
-		if err == nil || !retryable(err) || attempts >= maxAttempts {
-			return err
-		}
-		if err := backoff(ctx, attempts); err != nil {
-			return err
-		}
-	}
-}
-
-func backoff(ctx context.Context, attempt int) error {
-	d := time.Millisecond << min(attempt, 7) // up to 128 ms
-	d = d/2 + rand.N(d/2+1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return txretry.Retry(ctx, op, retryable, maxAttempts)
 }
 
 // retryable reports a serialization failure (SQLSTATE 40001) or a deadlock
