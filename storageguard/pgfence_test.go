@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"math"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -196,35 +195,9 @@ func TestPgfenceCheckRidesWithBegin(t *testing.T) {
 // the fence row FOR SHARE together.
 func TestPgfenceSameEpochTxConcurrent(t *testing.T) {
 	f := openPgfence(t, openPgxPool(t, postgresDSN(t), nil))
-	ctx := context.Background()
-	e := ep(5, "a")
-	if err := f.Admit(ctx, "r", e); err != nil {
-		t.Fatal(err)
-	}
-	entered := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i := 0; i < 2; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			first := true
-			errs[i] = f.Tx(ctx, "r", e, func(pgx.Tx) error {
-				if first {
-					close(entered[i])
-					first = false
-				}
-				<-entered[1-i]
-				return nil
-			})
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	testSameEpochTxConcurrent(t, f, func(ctx context.Context, e epoch.Epoch, body func() error) error {
+		return f.Tx(ctx, "r", e, func(pgx.Tx) error { return body() })
+	})
 }
 
 // pgTxFence presents pgfence's Tx as a Fence so that the suite's

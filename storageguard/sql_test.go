@@ -210,11 +210,19 @@ func TestOpenSQLBadDialect(t *testing.T) {
 // TestPostgresSameEpochTxConcurrent: two transactions under one epoch hold
 // the fence row FOR SHARE together.
 func TestPostgresSameEpochTxConcurrent(t *testing.T) {
-	db := openPostgresDB(t, postgresDSN(t))
-	s := openSQL(t, db, storageguard.Postgres)
+	s := openSQL(t, openPostgresDB(t, postgresDSN(t)), storageguard.Postgres)
+	testSameEpochTxConcurrent(t, s, func(ctx context.Context, e epoch.Epoch, body func() error) error {
+		return s.Tx(ctx, "r", e, func(*sql.Tx) error { return body() })
+	})
+}
+
+// testSameEpochTxConcurrent admits an epoch for resource "r" and runs two
+// transactions under it (tx runs body in one), each waiting inside for the
+// other to enter: both must be inside at once.
+func testSameEpochTxConcurrent(t *testing.T, f storageguard.Fence, tx func(ctx context.Context, e epoch.Epoch, body func() error) error) {
 	ctx := context.Background()
 	e := ep(5, "a")
-	if err := s.Admit(ctx, "r", e); err != nil {
+	if err := f.Admit(ctx, "r", e); err != nil {
 		t.Fatal(err)
 	}
 	entered := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
@@ -225,7 +233,7 @@ func TestPostgresSameEpochTxConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			first := true
-			errs[i] = s.Tx(ctx, "r", e, func(tx *sql.Tx) error {
+			errs[i] = tx(ctx, e, func() error {
 				if first {
 					close(entered[i])
 					first = false
