@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,6 +31,9 @@ const (
 // maxAttempts bounds the attempts of a transaction that fails with a
 // serialization failure or a deadlock.
 const maxAttempts = 10
+
+// rollbackTimeout bounds the rollback of a transaction that did not commit.
+const rollbackTimeout = 5 * time.Second
 
 // Fence is a durable storageguard.Fence in a PostgreSQL table, used through
 // a pgx connection pool. Its Tx runs a function in the transaction that
@@ -86,9 +90,13 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, ex
 	committed := false
 	defer func() {
 		if !committed {
-			// Also on a panic in fn: never leave the row locked or the
-			// pool's connection held.
-			tx.Rollback(context.WithoutCancel(ctx))
+			// Also on a panic in fn or after ctx ended: never leave the row
+			// locked or the pool's connection held. Bounded: a connection
+			// that cannot roll back in time is closed by pgx and dropped
+			// by the pool, and the server releases the locks with it.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+			defer cancel()
+			tx.Rollback(rctx)
 		}
 	}()
 	h, err := readBatch(br, exclusive)
