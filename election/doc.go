@@ -68,14 +68,18 @@
 // HT — on time instead, and wakes raft's follower loop through
 // ReloadConfig; the followers wake one after another, and a follower that
 // is asked for a pre-vote while its own leader is silent wakes at once, so
-// that one of them wins the first vote. A follower whose dial to a silent
-// leader is refused (the process died, the host is up) wakes at
-// LeaderLeaseTimeout instead of HeartbeatTimeout (see wake.go). This needs LeaderLeaseTimeout below
-// HeartbeatTimeout (raft accepts no lower HeartbeatTimeout than
-// LeaderLeaseTimeout); with the two equal raft's own timing applies. The
-// Election owns raft's HeartbeatTimeout: do not change it through
-// Raft().ReloadConfig. Waking early changes when raft holds an election,
-// never how, and so leaves every guarantee above as it is; it can only cost
-// an election if a live leader goes silent for HT, which raft's own timer
-// would also punish, a little later. Measured figures: docs/PERFORMANCE.md.
+// that one of them wins the first vote. A follower whose dial to a leader
+// silent for HT/4 is refused (the process died, the host is up) does not
+// wait for HT: it hands its own raft the TimeoutNow request of a leadership
+// transfer, so raft stands at once and the other followers grant its vote
+// although they still know the dead leader (see wake.go). All of this needs
+// LeaderLeaseTimeout below HeartbeatTimeout (raft accepts no lower
+// HeartbeatTimeout than LeaderLeaseTimeout); with the two equal raft's own
+// timing applies. The Election owns raft's HeartbeatTimeout: do not change
+// it through Raft().ReloadConfig. Waking early changes when raft holds an
+// election, never how, and so leaves every guarantee above as it is; it can
+// only cost an election if a live leader goes silent for HT, which raft's
+// own timer would also punish, a little later, or if something refuses
+// connections on a live leader's raft address (a firewall rejecting with a
+// TCP reset). Measured figures: docs/PERFORMANCE.md.
 package election
