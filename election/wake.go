@@ -42,7 +42,7 @@ import (
 //     it asked, so this follower's own pre-vote will be granted. For three
 //     nodes that makes the second follower the winner, one one-way delay
 //     after the first woke, with one pre-vote and one vote round. In larger
-//     clusters the later ones are staggered by killedGap.
+//     clusters the later ones are staggered by preVoteGap.
 //
 // A killed process. When the leader's process dies and its host stays up,
 // its connections close and its port refuses new ones. A follower that has
@@ -97,9 +97,9 @@ func (e *Election) transferGap() time.Duration {
 	return e.wakeSpread() + max(e.cfg.HeartbeatTimeout/10, 5*time.Millisecond)
 }
 
-// killedGap staggers the followers woken by a pre-vote in clusters of five
+// preVoteGap staggers the followers woken by a pre-vote in clusters of five
 // or more, so that they do not all ask at once.
-func (e *Election) killedGap() time.Duration {
+func (e *Election) preVoteGap() time.Duration {
 	return max(e.cfg.HeartbeatTimeout/50, 2*time.Millisecond)
 }
 
@@ -209,7 +209,7 @@ func (e *Election) wakeStep(st *wakeState, ord *wakeOrder) time.Duration {
 	floor := e.cfg.LeaderLeaseTimeout
 	at := ht + time.Duration(st.rank)*e.wakeSpread()
 	if !st.peer.IsZero() {
-		gap := time.Duration(max(st.rank-st.winner, 0)) * e.killedGap()
+		gap := time.Duration(max(st.rank-st.winner, 0)) * e.preVoteGap()
 		at = min(at, max(st.peer.Sub(lc), floor)+gap)
 	}
 	if since < at {

@@ -2,9 +2,7 @@ package storageguard_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"math"
 	"sync/atomic"
 	"testing"
 
@@ -77,60 +75,27 @@ func TestPgfence(t *testing.T) {
 	t.Run("Tx", func(t *testing.T) { testPgfenceTx(t, openPgxPool(t, postgresDSN(t), nil)) })
 }
 
-// testPgfenceTx: the application's write and the fence commit together or
-// not at all, and a stale epoch's write never commits.
+// testPgfenceTx runs testTx over pgfence's Tx, then checks TxWith's
+// options.
 func testPgfenceTx(t *testing.T, pool *pgxpool.Pool) {
 	ctx := context.Background()
 	f := openPgfence(t, pool)
-	if _, err := pool.Exec(ctx, "CREATE TABLE files (id TEXT PRIMARY KEY, content TEXT NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, "INSERT INTO files VALUES ('f', 'v0')"); err != nil {
-		t.Fatal(err)
-	}
-	set := func(e epoch.Epoch, content string) error {
-		return f.Tx(ctx, "files/f", e, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, "UPDATE files SET content = $1 WHERE id = 'f'", content)
-			return err
-		})
-	}
-	content := func() string {
-		var c string
-		if err := pool.QueryRow(ctx, "SELECT content FROM files WHERE id = 'f'").Scan(&c); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	e33, e34 := ep(33, "node-a"), ep(34, "node-b")
-	if err := set(e33, "A0"); err != nil {
-		t.Fatal(err)
-	}
-	if err := set(e34, "B"); err != nil {
-		t.Fatal(err)
-	}
-	if err := set(e33, "A"); !errors.Is(err, storageguard.ErrStale) {
-		t.Fatalf("stale Tx = %v", err)
-	}
-	if c := content(); c != "B" {
-		t.Fatalf("content = %q, want B", c)
-	}
-	// fn fails: its write and the raise to 35 roll back together.
-	boom := errors.New("boom")
-	err := f.Tx(ctx, "files/f", ep(35, "node-c"), func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "UPDATE files SET content = 'C' WHERE id = 'f'"); err != nil {
-			return err
-		}
-		return boom
+	testTx(t, f, "$1", txAPI{
+		exec: func(stmt string) error { _, err := pool.Exec(ctx, stmt); return err },
+		read: func() (c string, err error) {
+			return c, pool.QueryRow(ctx, "SELECT content FROM files WHERE id = 'f'").Scan(&c)
+		},
+		tx: func(e epoch.Epoch, then error, stmt string, args ...any) error {
+			return f.Tx(ctx, "files/f", e, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, stmt, args...); err != nil {
+					return err
+				}
+				return then
+			})
+		},
+		nilFn: func(e epoch.Epoch) error { return f.Tx(ctx, "files/f", e, nil) },
 	})
-	if !errors.Is(err, boom) {
-		t.Fatalf("Tx = %v, want fn's error", err)
-	}
-	if c := content(); c != "B" {
-		t.Fatalf("content = %q after a failed Tx", c)
-	}
-	if h, _ := f.Highest(ctx, "files/f"); h != e34 {
-		t.Fatalf("Highest = %v after a rolled-back raise, want %v", h, e34)
-	}
+	e34 := ep(34, "node-b") // testTx leaves the fence at 34
 	// Options pass through (a serializable transaction works); read-only
 	// ones are refused before anything is sent.
 	ser := pgx.TxOptions{IsoLevel: pgx.Serializable}
@@ -152,13 +117,6 @@ func testPgfenceTx(t *testing.T, pool *pgxpool.Pool) {
 	}
 	if h, _ := f.Highest(ctx, "files/f"); h != e34 {
 		t.Fatalf("Highest = %v after a read-only Tx, want %v", h, e34)
-	}
-	if err := f.Tx(ctx, "files/f", e34, nil); err == nil {
-		t.Fatal("Tx with nil fn succeeded")
-	}
-	huge := epoch.Epoch{Cluster: "payments", Term: math.MaxInt64 + 1, Leader: "x"}
-	if err := f.Admit(ctx, "files/f", huge); !errors.Is(err, epoch.ErrMalformed) {
-		t.Fatalf("Admit(term 2^63) = %v", err)
 	}
 	if _, err := pgfence.Open(ctx, nil); err == nil {
 		t.Fatal("Open(nil pool) succeeded")
@@ -222,15 +180,17 @@ func TestPgfenceSharesSQLTable(t *testing.T) {
 }
 
 // BenchmarkPgfence puts the PostgreSQL fences beside their baselines in one
-// run: the same one-UPDATE transaction unguarded through database/sql and
-// through pgx, guarded by SQL.Tx (database/sql sends BEGIN alone, so the
-// check costs a round trip of its own) and by pgfence's Tx (the check rides
-// with BEGIN). One connection each, so the figures are round-trip latency.
+// run: the same one-UPDATE transaction unguarded and guarded by SQL.Tx
+// through database/sql (benchSQL: database/sql sends BEGIN alone, so the
+// check costs a round trip of its own), then unguarded and guarded by
+// pgfence's Tx through pgx (the check rides with BEGIN). One connection
+// each, so the figures are round-trip latency.
 func BenchmarkPgfence(b *testing.B) {
 	ctx := context.Background()
 	dsn := postgresDSN(b)
 	db := openPostgresDB(b, dsn)
 	db.SetMaxOpenConns(1)
+	benchSQL(b, db, storageguard.Postgres, "$1")
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		b.Fatal(err)
@@ -241,44 +201,12 @@ func BenchmarkPgfence(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer pool.Close()
-	s := openSQL(b, db, storageguard.Postgres)
 	f := openPgfence(b, pool)
-	if _, err := pool.Exec(ctx, "CREATE TABLE bench_files (id TEXT PRIMARY KEY, n BIGINT NOT NULL)"); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, "INSERT INTO bench_files VALUES ('f', 0)"); err != nil {
-		b.Fatal(err)
-	}
-	const update = "UPDATE bench_files SET n = n + 1 WHERE id = $1"
+	const update = "UPDATE bench_files SET n = n + 1 WHERE id = $1" // benchSQL's table
 	e := ep(7, "node-a")
 	if err := f.Admit(ctx, "files/f", e); err != nil {
 		b.Fatal(err)
 	}
-	b.Run("baseline-sql-tx-update", func(b *testing.B) {
-		for b.Loop() {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := tx.ExecContext(ctx, update, "f"); err != nil {
-				b.Fatal(err)
-			}
-			if err := tx.Commit(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("SQL.Tx-update", func(b *testing.B) {
-		for b.Loop() {
-			err := s.Tx(ctx, "files/f", e, func(tx *sql.Tx) error {
-				_, err := tx.ExecContext(ctx, update, "f")
-				return err
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 	b.Run("baseline-pgx-tx-update", func(b *testing.B) {
 		for b.Loop() {
 			tx, err := pool.Begin(ctx)

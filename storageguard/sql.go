@@ -64,10 +64,10 @@ const sqlMaxAttempts = 10
 // check and the write one step for all of them.
 //
 // Cost: database/sql sends BEGIN on its own, so on PostgreSQL the check is
-// a round trip of its own (a one-UPDATE Tx measured 1.29x the same
-// transaction unguarded). Programs that use pgx directly can use package
-// storageguard/pgfence, which guards the same table and sends the check
-// with BEGIN.
+// a round trip of its own on top of the same transaction unguarded
+// (docs/PERFORMANCE.md has the figures). Programs that use pgx directly can
+// use package storageguard/pgfence, which guards the same table and sends
+// the check with BEGIN.
 type SQL struct {
 	db     *sql.DB
 	d      Dialect

@@ -135,25 +135,56 @@ func TestPostgres(t *testing.T) {
 	})
 }
 
-// testSQLTx: the application's write and the fence commit together or not
-// at all, and a stale epoch's write never commits.
+// testSQLTx runs testTx over SQL.Tx.
 func testSQLTx(t *testing.T, db *sql.DB, s *storageguard.SQL, ph string) {
 	ctx := context.Background()
-	if _, err := db.Exec("CREATE TABLE files (id TEXT PRIMARY KEY, content TEXT NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("INSERT INTO files VALUES ('f', 'v0')"); err != nil {
-		t.Fatal(err)
+	testTx(t, s, ph, txAPI{
+		exec: func(stmt string) error { _, err := db.Exec(stmt); return err },
+		read: func() (c string, err error) {
+			return c, db.QueryRow("SELECT content FROM files WHERE id = 'f'").Scan(&c)
+		},
+		tx: func(e epoch.Epoch, then error, stmt string, args ...any) error {
+			return s.Tx(ctx, "files/f", e, func(tx *sql.Tx) error {
+				if _, err := tx.ExecContext(ctx, stmt, args...); err != nil {
+					return err
+				}
+				return then
+			})
+		},
+		nilFn: func(e epoch.Epoch) error { return s.Tx(ctx, "files/f", e, nil) },
+	})
+}
+
+// txAPI is what testTx needs of a database and of a fence's Tx: exec and
+// read run outside any fence; tx runs stmt in the fence's transaction under
+// e for resource "files/f" and then returns then (nil commits); nilFn calls
+// Tx with a nil function.
+type txAPI struct {
+	exec  func(stmt string) error
+	read  func() (string, error)
+	tx    func(e epoch.Epoch, then error, stmt string, args ...any) error
+	nilFn func(e epoch.Epoch) error
+}
+
+// testTx: the application's write and the fence commit together or not at
+// all, and a stale epoch's write never commits. ph is the dialect's first
+// placeholder.
+func testTx(t *testing.T, f storageguard.Fence, ph string, api txAPI) {
+	ctx := context.Background()
+	for _, stmt := range []string{
+		"CREATE TABLE files (id TEXT PRIMARY KEY, content TEXT NOT NULL)",
+		"INSERT INTO files VALUES ('f', 'v0')",
+	} {
+		if err := api.exec(stmt); err != nil {
+			t.Fatal(err)
+		}
 	}
 	set := func(e epoch.Epoch, content string) error {
-		return s.Tx(ctx, "files/f", e, func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, "UPDATE files SET content = "+ph+" WHERE id = 'f'", content)
-			return err
-		})
+		return api.tx(e, nil, "UPDATE files SET content = "+ph+" WHERE id = 'f'", content)
 	}
 	content := func() string {
-		var c string
-		if err := db.QueryRow("SELECT content FROM files WHERE id = 'f'").Scan(&c); err != nil {
+		c, err := api.read()
+		if err != nil {
 			t.Fatal(err)
 		}
 		return c
@@ -173,26 +204,20 @@ func testSQLTx(t *testing.T, db *sql.DB, s *storageguard.SQL, ph string) {
 	}
 	// fn fails: its write and the raise to 35 roll back together.
 	boom := errors.New("boom")
-	err := s.Tx(ctx, "files/f", ep(35, "node-c"), func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, "UPDATE files SET content = 'C' WHERE id = 'f'"); err != nil {
-			return err
-		}
-		return boom
-	})
-	if !errors.Is(err, boom) {
+	if err := api.tx(ep(35, "node-c"), boom, "UPDATE files SET content = 'C' WHERE id = 'f'"); !errors.Is(err, boom) {
 		t.Fatalf("Tx = %v, want fn's error", err)
 	}
 	if c := content(); c != "B" {
 		t.Fatalf("content = %q after a failed Tx", c)
 	}
-	if h, _ := s.Highest(ctx, "files/f"); h != e34 {
+	if h, _ := f.Highest(ctx, "files/f"); h != e34 {
 		t.Fatalf("Highest = %v after a rolled-back raise, want %v", h, e34)
 	}
-	if err := s.Tx(ctx, "files/f", e34, nil); err == nil {
+	if err := api.nilFn(e34); err == nil {
 		t.Fatal("Tx with nil fn succeeded")
 	}
 	huge := epoch.Epoch{Cluster: "payments", Term: math.MaxInt64 + 1, Leader: "x"}
-	if err := s.Admit(ctx, "files/f", huge); !errors.Is(err, epoch.ErrMalformed) {
+	if err := f.Admit(ctx, "files/f", huge); !errors.Is(err, epoch.ErrMalformed) {
 		t.Fatalf("Admit(term 2^63) = %v", err)
 	}
 }
