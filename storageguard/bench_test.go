@@ -34,9 +34,24 @@ func (m *mutexMap) write(k string, v int) {
 // map write it would typically protect (target: Do <= 2x baseline), serial
 // and with b.RunParallel.
 func BenchmarkMemory(b *testing.B) {
+	benchSameEpoch(b, func(*testing.B) storageguard.Fence { return storageguard.NewMemory() })
+}
+
+// benchSameEpoch sets a same-epoch Do of the fence open returns beside the
+// unguarded write it would typically protect, a map write under a mutex,
+// serial and with b.RunParallel.
+func benchSameEpoch(b *testing.B, open func(b *testing.B) storageguard.Fence) {
 	ctx := context.Background()
 	e := ep(7, "node-a")
 	noop := func(context.Context) error { return nil }
+	admitted := func(b *testing.B) storageguard.Fence {
+		f := open(b)
+		b.Cleanup(func() { f.Close() })
+		if err := f.Admit(ctx, "r", e); err != nil {
+			b.Fatal(err)
+		}
+		return f
+	}
 	b.Run("baseline-mutex-map-write", func(b *testing.B) {
 		mm := &mutexMap{m: map[string]int{}}
 		for i := 0; b.Loop(); i++ {
@@ -44,8 +59,7 @@ func BenchmarkMemory(b *testing.B) {
 		}
 	})
 	b.Run("Do-empty-write", func(b *testing.B) {
-		f := storageguard.NewMemory()
-		f.Admit(ctx, "r", e)
+		f := admitted(b)
 		for b.Loop() {
 			if err := f.Do(ctx, "r", e, noop); err != nil {
 				b.Fatal(err)
@@ -53,8 +67,7 @@ func BenchmarkMemory(b *testing.B) {
 		}
 	})
 	b.Run("Do-mutex-map-write", func(b *testing.B) {
-		f := storageguard.NewMemory()
-		f.Admit(ctx, "r", e)
+		f := admitted(b)
 		mm := &mutexMap{m: map[string]int{}}
 		i := 0
 		w := func(context.Context) error { mm.write("r", i); return nil }
@@ -74,8 +87,7 @@ func BenchmarkMemory(b *testing.B) {
 		})
 	})
 	b.Run("parallel-Do-one-resource", func(b *testing.B) {
-		f := storageguard.NewMemory()
-		f.Admit(ctx, "r", e)
+		f := admitted(b)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if err := f.Do(ctx, "r", e, noop); err != nil {
@@ -86,11 +98,14 @@ func BenchmarkMemory(b *testing.B) {
 		})
 	})
 	b.Run("parallel-Do-own-resource", func(b *testing.B) {
-		f := storageguard.NewMemory()
+		f := admitted(b)
 		var n atomic.Int64
 		b.RunParallel(func(pb *testing.PB) {
 			r := fmt.Sprintf("r%d", n.Add(1))
-			f.Admit(ctx, r, e)
+			if err := f.Admit(ctx, r, e); err != nil {
+				b.Error(err)
+				return
+			}
 			for pb.Next() {
 				if err := f.Do(ctx, r, e, noop); err != nil {
 					b.Error(err)

@@ -65,9 +65,10 @@ import (
 // however busy the holders are; writers probe for themselves, so a timer
 // delayed by saturated cores does not stretch that. A raise inside the
 // process drops the process's own hold once its writers have finished (the
-// read-write lock already makes it wait for them and holds newcomers back). The intent file only orders lockers: safety rests on the
-// fence file's flock alone, and an intent file removed from outside costs
-// only the writer preference.
+// read-write lock already makes it wait for them and holds newcomers back).
+// The intent file only orders lockers: safety rests on the fence file's
+// flock alone, and an intent file removed from outside costs only the
+// writer preference.
 //
 // A fence file holds two record slots on separate 4 KiB pages (as bbolt
 // keeps two meta pages), each with a sequence number and a CRC-32C. A raise
@@ -312,27 +313,25 @@ func flock(f *os.File, how int) error {
 // now is the monotonic clock of probeAt.
 func (d *Dir) now() int64 { return int64(time.Since(d.t0)) }
 
-// join enters the sticky shared lock if this process holds it and no raiser
-// is waiting: no system call. A joined caller must leave. The caller holds
-// e.mu for reading.
-func (d *Dir) join(e *dirEntry) bool {
+// tryJoin enters the sticky shared lock if this process holds it and no
+// raiser is waiting: no system call. A joined caller must leave.
+func (e *dirEntry) tryJoin() bool {
 	for {
 		s := e.state.Load()
 		if s&stHeld == 0 || s&stDraining != 0 {
 			return false
 		}
 		if e.state.CompareAndSwap(s, (s+stOne)|stUsed) {
-			break
+			return true
 		}
 	}
-	// Busy holders probe from their writers (a timer may run late on
-	// loaded cores); one writer per probe interval pays for it.
-	if at, now := e.probeAt.Load(), d.now(); now >= at && e.probeAt.CompareAndSwap(at, now+int64(d.probe)) {
-		if e.raiserWaiting() {
-			e.state.Or(stDraining) // this writer is inside: its leave or a later one releases
-		}
-	}
-	return true
+}
+
+// probeDue claims the next probe of e's intent file: it reports true to one
+// caller per probe interval.
+func (d *Dir) probeDue(e *dirEntry) bool {
+	at, now := e.probeAt.Load(), d.now()
+	return now >= at && e.probeAt.CompareAndSwap(at, now+int64(d.probe))
 }
 
 // leave exits the sticky shared lock; the last writer out of a draining
@@ -373,28 +372,31 @@ func (e *dirEntry) releaseLocked() {
 	e.released.Broadcast()
 }
 
-// acquire joins the sticky shared lock, taking the flock from scratch if
-// this process does not hold it: through the intent file, so that it
-// queues behind a waiting raiser, then a read of the slots to see whether
-// another process raised. It reports false (holding nothing) when the
-// cached file is gone, replaced or changed, so the caller must reload under
-// the exclusive path. The caller holds e.mu for reading.
+// acquire joins the sticky shared lock: with no system call while this
+// process holds it, else taking the flock from scratch, through the intent
+// file so that it queues behind a waiting raiser, then reading the slots to
+// see whether another process raised. It reports false (holding nothing)
+// when the cached file is gone, replaced or changed, so the caller must
+// reload under the exclusive path. A caller that joined must leave. The
+// caller holds e.mu for reading.
 func (d *Dir) acquire(e *dirEntry) (bool, error) {
+	if e.tryJoin() {
+		// Busy holders probe from their writers (a timer may run late on
+		// loaded cores); one writer per probe interval pays for it.
+		if d.probeDue(e) && e.raiserWaiting() {
+			e.state.Or(stDraining) // this writer is inside: its leave or a later one releases
+		}
+		return true, nil
+	}
 	e.fmu.Lock()
 	defer e.fmu.Unlock()
-	for {
-		s := e.state.Load()
-		if s&stHeld == 0 {
-			break
+	// stHeld changes only under fmu; with it set, tryJoin fails only while
+	// a raiser is waiting: let the writers inside finish and the lock go,
+	// then queue behind the raiser.
+	for e.state.Load()&stHeld != 0 {
+		if e.tryJoin() {
+			return true, nil
 		}
-		if s&stDraining == 0 {
-			if e.state.CompareAndSwap(s, (s+stOne)|stUsed) {
-				return true, nil
-			}
-			continue
-		}
-		// A raiser is waiting: let the writers inside finish and the lock
-		// go, then queue behind the raiser.
 		e.released.Wait()
 	}
 	if e.f == nil {
@@ -467,10 +469,8 @@ func (d *Dir) tickEntry(e *dirEntry) {
 		e.lastUse = now
 	}
 	idle := s>>stCountShift == 0 && now.Sub(e.lastUse) >= d.linger
-	if !idle && s&stDraining == 0 {
-		if at, mono := e.probeAt.Load(), d.now(); mono >= at && e.probeAt.CompareAndSwap(at, mono+int64(d.probe)) && e.raiserWaiting() {
-			s = e.state.Or(stDraining) | stDraining
-		}
+	if !idle && s&stDraining == 0 && d.probeDue(e) && e.raiserWaiting() {
+		s = e.state.Or(stDraining) | stDraining
 	}
 	if s>>stCountShift == 0 && (idle || s&stDraining != 0) {
 		e.releaseLocked() // refuses if a writer joined meanwhile
@@ -480,24 +480,15 @@ func (d *Dir) tickEntry(e *dirEntry) {
 	}
 }
 
-// dropLocked gives up this process's hold on the shared flock before it
-// takes the exclusive one. Caller holds e.mu for writing (so no writer of
-// this process is inside) and fmu.
-func (e *dirEntry) dropLocked() {
-	if e.state.Load()&stHeld != 0 {
-		e.state.Store(0)
-		flock(e.f, syscall.LOCK_UN)
-		e.released.Broadcast()
-	}
-}
-
 // exclusive runs fn under the resource's exclusive locks: the intent file
 // (so that holders of the shared lock yield and newcomers queue), then the
 // fence file, loaded. fn reports whether it raised (raise releases the
 // fence file's lock itself). Caller holds e.mu for writing.
 func (d *Dir) exclusive(e *dirEntry, fn func() (raised bool, err error)) error {
+	// Give up this process's hold on the shared flock before taking the
+	// exclusive one; e.mu held for writing means no writer is inside.
 	e.fmu.Lock()
-	e.dropLocked()
+	e.releaseLocked()
 	e.fmu.Unlock()
 	if e.intent == nil {
 		f, err := os.OpenFile(e.intentPath, os.O_RDWR|os.O_CREATE, 0o644)
@@ -805,11 +796,9 @@ func (d *Dir) Do(ctx context.Context, resource string, ep epoch.Epoch, write fun
 func (d *Dir) fast(ctx context.Context, e *dirEntry, resource string, ep epoch.Epoch, write func(ctx context.Context) error) (done bool, err error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	if !d.join(e) {
-		ok, err := d.acquire(e)
-		if err != nil || !ok {
-			return err != nil, err
-		}
+	ok, err := d.acquire(e)
+	if err != nil || !ok {
+		return err != nil, err
 	}
 	defer e.leave()
 	dec, err := Decide(resource, e.highest, ep)
@@ -866,23 +855,20 @@ func (d *Dir) Highest(ctx context.Context, resource string) (epoch.Epoch, error)
 	}
 	for {
 		v.mu.RLock()
-		ok := d.join(v)
-		if !ok {
-			var err error
-			if ok, err = d.acquire(v); err != nil {
-				v.mu.RUnlock()
-				return epoch.Epoch{}, err
-			}
-		}
+		ok, err := d.acquire(v)
+		h := v.highest
 		if ok {
-			h := v.highest
 			v.leave()
-			v.mu.RUnlock()
-			return h, nil
 		}
 		v.mu.RUnlock()
+		if err != nil {
+			return epoch.Epoch{}, err
+		}
+		if ok {
+			return h, nil
+		}
 		v.mu.Lock()
-		err := d.exclusive(v, nil)
+		err = d.exclusive(v, nil)
 		v.mu.Unlock()
 		if err != nil {
 			return epoch.Epoch{}, err

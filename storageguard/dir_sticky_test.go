@@ -98,26 +98,6 @@ func childProc(role string, env ...string) *exec.Cmd {
 	return cmd
 }
 
-func openDirWith(t *testing.T, dir string, o storageguard.DirOptions) *storageguard.Dir {
-	t.Helper()
-	d, err := storageguard.OpenDirWith(dir, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
-
-// fenceFile returns the one fence file in dir.
-func fenceFile(t *testing.T, dir string) string {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(dir, "*.fence"))
-	if len(files) != 1 {
-		t.Fatalf("fence files: %v", files)
-	}
-	return files[0]
-}
-
 // exclusiveFree reports whether an exclusive flock on path could be taken
 // now (through a file description of its own, as another process would).
 func exclusiveFree(t *testing.T, path string) bool {
@@ -136,15 +116,26 @@ func exclusiveFree(t *testing.T, path string) bool {
 	return true
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+// runRaiser runs a raiser child to its end, and fails t if it fails or has
+// not ended after 30 s; behind says what it would then be waiting behind.
+func runRaiser(t *testing.T, cmd *exec.Cmd, behind func() string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("raiser: %v, stderr: %s", err, stderr.String())
 		}
-		time.Sleep(200 * time.Microsecond) // poll interval
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-exited
+		t.Fatalf("a raise from another process waited 30s behind %s", behind())
 	}
 }
 
@@ -183,7 +174,7 @@ func TestDirStickyLingerRelease(t *testing.T) {
 	if !held && heldFor < 20*time.Millisecond {
 		t.Fatalf("the shared lock was let go %v after the write, before the 20ms linger", heldFor)
 	}
-	waitFor(t, 10*time.Second, "an idle Dir still holds its shared lock", func() bool { return exclusiveFree(t, path) })
+	pxWaitFor(t, func() bool { return exclusiveFree(t, path) }, "the idle Dir to let its shared lock go")
 	// And it is taken again by the next write.
 	if err := d.Do(ctx, "r", ep(3, "a"), func(context.Context) error {
 		if exclusiveFree(t, path) {
@@ -242,25 +233,13 @@ func TestDirStickyYieldsToOtherProcessBusy(t *testing.T) {
 				}()
 			}
 			defer func() { stop.Store(true); wg.Wait() }()
-			waitFor(t, 10*time.Second, "the loops wrote nothing", func() bool { return writes.Load() > 100 })
+			pxWaitFor(t, func() bool { return writes.Load() > 100 }, "the loops to write")
 			cmd := childProc("dirraise", envPath+"="+dir, envLog+"="+logPath, envResource+"="+r, envTerm+"=6")
-			var stdout, stderr strings.Builder
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
-			select {
-			case err := <-exited:
-				if err != nil {
-					t.Fatalf("raiser: %v, stderr: %s", err, stderr.String())
-				}
-			case <-time.After(30 * time.Second):
-				cmd.Process.Kill()
-				<-exited
-				t.Fatalf("a raise from another process waited 30s behind this process's same-epoch writes (%d written)", writes.Load())
-			}
+			var stdout strings.Builder
+			cmd.Stdout = &stdout
+			runRaiser(t, cmd, func() string {
+				return fmt.Sprintf("this process's same-epoch writes (%d written)", writes.Load())
+			})
 			wg.Wait() // every loop ends: its epoch is refused
 			for _, err := range loopErrs {
 				if !errors.Is(err, storageguard.ErrStale) {
@@ -305,23 +284,7 @@ func TestDirStickyYieldsToOtherProcessIdle(t *testing.T) {
 		t.Fatal("no shared lock held after a write with a linger of an hour")
 	}
 	cmd := childProc("dirraise", envPath+"="+dir, envLog+"="+logPath, envResource+"=r", envTerm+"=6")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("raiser: %v, stderr: %s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		<-exited
-		t.Fatal("a raise from another process waited 30s behind an idle holder of the shared lock")
-	}
+	runRaiser(t, cmd, func() string { return "an idle holder of the shared lock" })
 	if err := d.Do(ctx, "r", ep(5, "a"), func(context.Context) error { return nil }); !errors.Is(err, storageguard.ErrStale) {
 		t.Fatalf("old epoch after another process raised: %v, want ErrStale", err)
 	}
@@ -380,7 +343,7 @@ func TestDirStickyHandlesBusy(t *testing.T) {
 	defer func() { stop.Store(true); wg.Wait() }()
 	for round := 0; round < 20; round++ {
 		n := writes.Load()
-		waitFor(t, 10*time.Second, "the holders stopped writing", func() bool { return writes.Load() > n+10 })
+		pxWaitFor(t, func() bool { return writes.Load() > n+10 }, "the holders to write")
 		next := top.Load() + 1
 		done := make(chan error, 1)
 		go func() {
@@ -427,7 +390,7 @@ func TestDirWriterPreference(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := fenceFile(t, dir)
-	waitFor(t, 10*time.Second, "a never let its idle shared lock go", func() bool { return exclusiveFree(t, path) })
+	pxWaitFor(t, func() bool { return exclusiveFree(t, path) }, "a to let its idle shared lock go")
 	outsider, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -443,13 +406,13 @@ func TestDirWriterPreference(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer intent.Close()
-	waitFor(t, 10*time.Second, "the raiser never took the intent lock", func() bool {
+	pxWaitFor(t, func() bool {
 		if syscall.Flock(int(intent.Fd()), syscall.LOCK_SH|syscall.LOCK_NB) != nil {
 			return true
 		}
 		syscall.Flock(int(intent.Fd()), syscall.LOCK_UN)
 		return false
-	})
+	}, "the raiser to take the intent lock")
 	var ran atomic.Bool
 	done := make(chan error, 1)
 	go func() {
@@ -463,18 +426,11 @@ func TestDirWriterPreference(t *testing.T) {
 	case <-time.After(50 * time.Millisecond): // the outsider's hold, the injected fault
 	}
 	syscall.Flock(int(outsider.Fd()), syscall.LOCK_UN)
-	for _, c := range []chan error{raised, done} {
-		select {
-		case err := <-c:
-			if c == raised && err != nil {
-				t.Fatal(err)
-			}
-			if c == done && !errors.Is(err, storageguard.ErrStale) {
-				t.Fatalf("the queued writer's Do = %v, want ErrStale", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("still waiting 30s after the outsider let go")
-		}
+	if err := recv(t, raised, "the raise after the outsider let go"); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, done, "the queued writer after the outsider let go"); !errors.Is(err, storageguard.ErrStale) {
+		t.Fatalf("the queued writer's Do = %v, want ErrStale", err)
 	}
 	if ran.Load() {
 		t.Fatal("a write under the old epoch ran")
@@ -564,7 +520,6 @@ func TestDirCloseReleasesStickyLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	var names []string
 	for i := 0; i < 5; i++ {
 		r := fmt.Sprintf("r%d", i)
 		if err := d.Admit(ctx, r, ep(2, "a")); err != nil {
@@ -582,12 +537,11 @@ func TestDirCloseReleasesStickyLocks(t *testing.T) {
 		if exclusiveFree(t, f) {
 			t.Fatalf("%s: no shared lock held before Close", f)
 		}
-		names = append(names, f)
 	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range names {
+	for _, f := range files {
 		if !exclusiveFree(t, f) {
 			t.Fatalf("%s: still locked after Close", f)
 		}
@@ -606,13 +560,8 @@ func TestDirCloseReleasesStickyLocks(t *testing.T) {
 	case <-time.After(20 * time.Millisecond): // the injected fault: a holder that never probes
 	}
 	a.Close()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("raise still waiting after the holder closed")
+	if err := recv(t, done, "the raise after the holder closed"); err != nil {
+		t.Fatal(err)
 	}
 }
 

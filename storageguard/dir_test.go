@@ -15,12 +15,27 @@ import (
 
 func openDir(t *testing.T, dir string) *storageguard.Dir {
 	t.Helper()
-	d, err := storageguard.OpenDir(dir)
+	return openDirWith(t, dir, storageguard.DirOptions{})
+}
+
+func openDirWith(t *testing.T, dir string, o storageguard.DirOptions) *storageguard.Dir {
+	t.Helper()
+	d, err := storageguard.OpenDirWith(dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
 	return d
+}
+
+// fenceFile returns the one fence file in dir.
+func fenceFile(t *testing.T, dir string) string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.fence"))
+	if len(files) != 1 {
+		t.Fatalf("fence files: %v", files)
+	}
+	return files[0]
 }
 
 func TestDir(t *testing.T) {
@@ -95,14 +110,11 @@ func TestDirCorruptFile(t *testing.T) {
 	if err := d.Admit(ctx, "r", ep(3, "a")); err != nil {
 		t.Fatal(err)
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.fence"))
-	if len(files) != 1 {
-		t.Fatalf("fence files: %v", files)
-	}
-	if err := os.WriteFile(files[0]+".new", []byte("garbage\n"), 0o644); err != nil {
+	path := fenceFile(t, dir)
+	if err := os.WriteFile(path+".new", []byte("garbage\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(files[0]+".new", files[0]); err != nil {
+	if err := os.Rename(path+".new", path); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Admit(ctx, "r", ep(4, "a")); err == nil {
@@ -122,15 +134,12 @@ func TestDirTornRaise(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.fence"))
-	if len(files) != 1 {
-		t.Fatalf("fence files: %v", files)
-	}
-	st1, _ := os.Stat(files[0])
+	path := fenceFile(t, dir)
+	st1, _ := os.Stat(path)
 	if err := d.Admit(ctx, "r", ep(5, "a")); err != nil {
 		t.Fatal(err)
 	}
-	st2, _ := os.Stat(files[0])
+	st2, _ := os.Stat(path)
 	if !os.SameFile(st1, st2) {
 		t.Fatal("a raise after the first replaced the fence file")
 	}
@@ -138,7 +147,7 @@ func TestDirTornRaise(t *testing.T) {
 	// Term 5 sits in slot 0 (3: slot 0, 4: slot 1, 5: slot 0). Tear it as a
 	// crash in the middle of writing it would: keep its first bytes, lose the
 	// rest.
-	f, err := os.OpenFile(files[0], os.O_RDWR, 0)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
