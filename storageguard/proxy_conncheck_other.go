@@ -4,7 +4,7 @@ package storageguard
 
 import "net"
 
-// connAlive cannot peek at a socket on this platform: an idle connection
-// the backend closed is found out when it is used (and a replayable request
-// is then retried on a new one).
-func connAlive(net.Conn) bool { return true }
+// newAliveCheck cannot peek at a socket on this platform: an idle
+// connection the backend closed is found out when it is used (and a
+// replayable request is then retried on a new one).
+func newAliveCheck(net.Conn) func() bool { return func() bool { return true } }

@@ -2,6 +2,7 @@ package storageguard_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,7 +41,7 @@ type pxEnv struct {
 
 // newPxEnv starts backend and a proxy in front of it. A nil cfg.Transport
 // leaves the proxy its own default transport (its idle connections hold no
-// goroutine and are closed by the backend's Close); see stdTransport for an
+// goroutine and are closed by the backend's Close); see pxConfig for an
 // http.Transport.
 func newPxEnv(t *testing.T, backend http.Handler, cfg storageguard.ProxyConfig) *pxEnv {
 	t.Helper()
@@ -81,15 +82,6 @@ func newPxEnvTo(t *testing.T, backendURL string, cfg storageguard.ProxyConfig) *
 	return e
 }
 
-// stdTransport returns cfg with an http.Transport as its Transport, one the
-// test closes, so that no connection outlives the test.
-func stdTransport(t *testing.T, cfg storageguard.ProxyConfig) storageguard.ProxyConfig {
-	tr := &http.Transport{MaxIdleConnsPerHost: 64}
-	t.Cleanup(tr.CloseIdleConnections)
-	cfg.Transport = tr
-	return cfg
-}
-
 // eachTransport runs f with the proxy's default transport and with an
 // http.Transport (what a caller may pass as ProxyConfig.Transport).
 func eachTransport(t *testing.T, f func(t *testing.T, std bool)) {
@@ -97,10 +89,13 @@ func eachTransport(t *testing.T, f func(t *testing.T, std bool)) {
 	t.Run("http.Transport", func(t *testing.T) { f(t, true) })
 }
 
-// pxConfig returns cfg, with an http.Transport if std.
+// pxConfig returns cfg, if std with an http.Transport as its Transport, one
+// the test closes, so that no connection outlives the test.
 func pxConfig(t *testing.T, std bool, cfg storageguard.ProxyConfig) storageguard.ProxyConfig {
 	if std {
-		return stdTransport(t, cfg)
+		tr := &http.Transport{MaxIdleConnsPerHost: 64}
+		t.Cleanup(tr.CloseIdleConnections)
+		cfg.Transport = tr
 	}
 	return cfg
 }
@@ -121,7 +116,16 @@ func (e *pxEnv) send(method, path string, tokens []string, kv ...string) pxResul
 }
 
 func (e *pxEnv) sendCtx(ctx context.Context, method, path string, tokens []string, kv ...string) pxResult {
-	req, err := http.NewRequestWithContext(ctx, method, e.proxy.URL+path, strings.NewReader("payload"))
+	return e.sendBody(ctx, method, path, tokens, []byte("payload"), kv...)
+}
+
+// sendBody is sendCtx with the given body (none if nil).
+func (e *pxEnv) sendBody(ctx context.Context, method, path string, tokens []string, body []byte, kv ...string) pxResult {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.proxy.URL+path, rd)
 	if err != nil {
 		return pxResult{err: err}
 	}

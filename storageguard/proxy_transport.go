@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 )
@@ -59,7 +60,7 @@ var errLeanHeaderTooLarge = errors.New("response header too large")
 // a body of unknown length or over leanMaxBody, request trailers.
 //
 // A reused connection is first checked for a close from the backend (one
-// non-blocking peek, see connAlive). If it fails anyway before any byte of
+// non-blocking peek, see newAliveCheck). If it fails anyway before any byte of
 // the response arrived, a replayable request (GET, HEAD, OPTIONS or TRACE,
 // or one with an Idempotency-Key header; without a body) is retried once on
 // a new connection; any other request fails (the proxy answers 502), since
@@ -100,6 +101,7 @@ func newLeanTransport(target *url.URL, fallback *http.Transport) *leanTransport 
 // leanConn is one pooled connection.
 type leanConn struct {
 	conn   net.Conn
+	alive  func() bool // whether the backend has left it usable, see newAliveCheck
 	lr     limitReader
 	br     *bufio.Reader
 	bw     *bufio.Writer
@@ -253,7 +255,9 @@ func (t *leanTransport) exchange(ctx context.Context, c *leanConn, req *http.Req
 	}
 	c.lr.n = leanMaxHeaderBytes
 	if _, err := c.br.Peek(1); err != nil {
-		return fail(err, c.reused && replayable(req) && !errors.Is(err, errLeanHeaderTooLarge))
+		// No byte of a response arrived (the first read cannot exceed the
+		// header limit).
+		return fail(err, c.reused && replayable(req))
 	}
 	n1xx := 0
 	for {
@@ -310,7 +314,7 @@ func (t *leanTransport) get(ctx context.Context, fresh bool) (*leanConn, error) 
 			if c == nil {
 				break
 			}
-			if connAlive(c.conn) {
+			if c.alive() {
 				c.reused = true
 				return c, nil
 			}
@@ -321,58 +325,38 @@ func (t *leanTransport) get(ctx context.Context, fresh bool) (*leanConn, error) 
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
-	c := &leanConn{conn: conn, lr: limitReader{conn: conn, n: -1}}
+	c := &leanConn{conn: conn, alive: newAliveCheck(conn), lr: limitReader{conn: conn, n: -1}}
 	c.br = bufio.NewReaderSize(&c.lr, leanBufSize)
 	c.bw = bufio.NewWriterSize(connWriter{conn}, leanBufSize)
 	return c, nil
 }
 
-// popIdle takes the most recently used idle connection, closing those idle
-// for longer than idleTimeout.
+// popIdle takes the most recently used idle connection that has not been
+// idle for longer than idleTimeout, closing the expired ones.
 func (t *leanTransport) popIdle() *leanConn {
 	now := time.Now()
+	var c *leanConn
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	for n := len(t.idle); n > 0; n = len(t.idle) {
-		c := t.idle[n-1]
+	expired := t.expireLocked(now)
+	if n := len(t.idle); n > 0 {
+		c = t.idle[n-1]
 		t.idle[n-1] = nil
 		t.idle = t.idle[:n-1]
-		if t.idleTimeout > 0 && now.Sub(c.idleAt) > t.idleTimeout {
-			// Every connection below it is older still.
-			for i, old := range t.idle {
-				_ = old.conn.Close()
-				t.idle[i] = nil
-			}
-			t.idle = t.idle[:0]
-			_ = c.conn.Close()
-			return nil
-		}
-		return c
 	}
-	return nil
+	t.mu.Unlock()
+	closeConns(expired)
+	return c
 }
 
 // put returns c to the pool, or closes it if the pool is full. It also
-// closes the connections at the bottom of the pool that have been idle for
-// longer than idleTimeout: with fewer requests in flight than connections
-// pooled, the bottom ones are never taken again.
+// closes the expired connections at the bottom of the pool: with fewer
+// requests in flight than connections pooled, the bottom ones are never
+// taken again.
 func (t *leanTransport) put(c *leanConn) {
 	now := time.Now()
 	c.idleAt = now
-	var expired []*leanConn
 	t.mu.Lock()
-	if t.idleTimeout > 0 {
-		n := 0
-		for n < len(t.idle) && now.Sub(t.idle[n].idleAt) > t.idleTimeout {
-			n++
-		}
-		if n > 0 {
-			expired = append(expired, t.idle[:n]...)
-			m := copy(t.idle, t.idle[n:])
-			clear(t.idle[m:])
-			t.idle = t.idle[:m]
-		}
-	}
+	expired := t.expireLocked(now)
 	full := len(t.idle) >= t.maxIdle
 	if !full {
 		t.idle = append(t.idle, c)
@@ -381,8 +365,33 @@ func (t *leanTransport) put(c *leanConn) {
 	if full {
 		_ = c.conn.Close()
 	}
-	for _, old := range expired {
-		_ = old.conn.Close()
+	closeConns(expired)
+}
+
+// expireLocked removes from the pool, and returns for closing outside the
+// lock, the connections idle for longer than idleTimeout at now: those at
+// the bottom, the least recently used. Called with mu held.
+func (t *leanTransport) expireLocked(now time.Time) []*leanConn {
+	if t.idleTimeout <= 0 {
+		return nil
+	}
+	n := 0
+	for n < len(t.idle) && now.Sub(t.idle[n].idleAt) > t.idleTimeout {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	expired := slices.Clone(t.idle[:n])
+	m := copy(t.idle, t.idle[n:])
+	clear(t.idle[m:])
+	t.idle = t.idle[:m]
+	return expired
+}
+
+func closeConns(cs []*leanConn) {
+	for _, c := range cs {
+		_ = c.conn.Close()
 	}
 }
 
@@ -393,9 +402,7 @@ func (t *leanTransport) CloseIdleConnections() {
 	idle := t.idle
 	t.idle = nil
 	t.mu.Unlock()
-	for _, c := range idle {
-		_ = c.conn.Close()
-	}
+	closeConns(idle)
 	t.fallback.CloseIdleConnections()
 }
 
@@ -407,21 +414,20 @@ var errLeanBodyClosed = errors.New("read on closed response body")
 // it.
 type leanBody struct {
 	t    *leanTransport
-	c    *leanConn
 	ctx  context.Context
 	rc   io.ReadCloser // the body as http.ReadResponse returned it
 	stop func() bool
 	keep bool
 
-	mu   sync.Mutex
-	done bool  // the connection was released
-	err  error // what Read returns once done
+	mu  sync.Mutex
+	c   *leanConn // nil once the connection was released
+	err error     // what Read returns once c is nil
 }
 
 func (b *leanBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.done {
+	if b.c == nil {
 		return 0, b.err
 	}
 	n, err := b.rc.Read(p)
@@ -441,7 +447,7 @@ func (b *leanBody) Read(p []byte) (int, error) {
 func (b *leanBody) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.done {
+	if b.c != nil {
 		b.finish(false, errLeanBodyClosed)
 	}
 	return nil
@@ -450,7 +456,6 @@ func (b *leanBody) Close() error {
 // finish releases the connection; later reads return err. Called with mu
 // held.
 func (b *leanBody) finish(keep bool, err error) {
-	b.done, b.err = true, err
 	b.t.release(b.c, b.stop, keep)
-	b.c = nil
+	b.c, b.err = nil, err
 }
