@@ -92,12 +92,6 @@ func childDirRaiseServe() int {
 	return 0
 }
 
-func childProc(role string, env ...string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), append([]string{childEnv + "=" + role}, env...)...)
-	return cmd
-}
-
 // exclusiveFree reports whether an exclusive flock on path could be taken
 // now (through a file description of its own, as another process would).
 func exclusiveFree(t *testing.T, path string) bool {
@@ -234,7 +228,7 @@ func TestDirStickyYieldsToOtherProcessBusy(t *testing.T) {
 			}
 			defer func() { stop.Store(true); wg.Wait() }()
 			pxWaitFor(t, func() bool { return writes.Load() > 100 }, "the loops to write")
-			cmd := childProc("dirraise", envPath+"="+dir, envLog+"="+logPath, envResource+"="+r, envTerm+"=6")
+			cmd := childCmd(t, "dirraise", envPath+"="+dir, envLog+"="+logPath, envResource+"="+r, envTerm+"=6")
 			var stdout strings.Builder
 			cmd.Stdout = &stdout
 			runRaiser(t, cmd, func() string {
@@ -283,7 +277,7 @@ func TestDirStickyYieldsToOtherProcessIdle(t *testing.T) {
 	if exclusiveFree(t, fenceFile(t, dir)) {
 		t.Fatal("no shared lock held after a write with a linger of an hour")
 	}
-	cmd := childProc("dirraise", envPath+"="+dir, envLog+"="+logPath, envResource+"=r", envTerm+"=6")
+	cmd := childCmd(t, "dirraise", envPath+"="+dir, envLog+"="+logPath, envResource+"=r", envTerm+"=6")
 	runRaiser(t, cmd, func() string { return "an idle holder of the shared lock" })
 	if err := d.Do(ctx, "r", ep(5, "a"), func(context.Context) error { return nil }); !errors.Is(err, storageguard.ErrStale) {
 		t.Fatalf("old epoch after another process raised: %v, want ErrStale", err)
@@ -585,7 +579,7 @@ func BenchmarkDirRaiseUnderLoad(b *testing.B) {
 			if err := d.Admit(ctx, "r", ep(1, "n1")); err != nil {
 				b.Fatal(err)
 			}
-			cmd := childProc("dirraiseserve", envPath+"="+dir, envResource+"=r")
+			cmd := childCmd(b, "dirraiseserve", envPath+"="+dir, envResource+"=r")
 			stdin, err := cmd.StdinPipe()
 			if err != nil {
 				b.Fatal(err)

@@ -37,15 +37,9 @@ func newMwEnv(t *testing.T, h http.Handler, resource func(*http.Request) string)
 }
 
 func (e *mwEnv) send(path string, tokens []string, kv ...string) pxResult {
-	req, err := http.NewRequest("POST", e.server.URL+path, strings.NewReader("payload"))
+	req, err := tokenRequest(context.Background(), "POST", e.server.URL+path, tokens, []byte("payload"), kv...)
 	if err != nil {
 		return pxResult{err: err}
-	}
-	for _, tok := range tokens {
-		req.Header.Add(epoch.Header, tok)
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		req.Header.Set(kv[i], kv[i+1])
 	}
 	return doRequest(e.client, req)
 }

@@ -177,8 +177,8 @@ func childRaiser() int {
 	}
 }
 
-func childCmd(t *testing.T, role string, env ...string) *exec.Cmd {
-	t.Helper()
+func childCmd(tb testing.TB, role string, env ...string) *exec.Cmd {
+	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), append([]string{childEnv + "=" + role}, env...)...)
 	return cmd

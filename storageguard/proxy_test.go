@@ -121,13 +121,23 @@ func (e *pxEnv) sendCtx(ctx context.Context, method, path string, tokens []strin
 
 // sendBody is sendCtx with the given body (none if nil).
 func (e *pxEnv) sendBody(ctx context.Context, method, path string, tokens []string, body []byte, kv ...string) pxResult {
+	req, err := tokenRequest(ctx, method, e.proxy.URL+path, tokens, body, kv...)
+	if err != nil {
+		return pxResult{err: err}
+	}
+	return doRequest(e.client, req)
+}
+
+// tokenRequest builds a request carrying each of tokens in its own
+// Fencing-Token header, body (none if nil), and the header pairs kv.
+func tokenRequest(ctx context.Context, method, url string, tokens []string, body []byte, kv ...string) (*http.Request, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, e.proxy.URL+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return pxResult{err: err}
+		return nil, err
 	}
 	for _, tok := range tokens {
 		req.Header.Add(epoch.Header, tok)
@@ -135,7 +145,7 @@ func (e *pxEnv) sendBody(ctx context.Context, method, path string, tokens []stri
 	for i := 0; i+1 < len(kv); i += 2 {
 		req.Header.Set(kv[i], kv[i+1])
 	}
-	return doRequest(e.client, req)
+	return req, nil
 }
 
 func doRequest(c *http.Client, req *http.Request) pxResult {
