@@ -28,16 +28,29 @@ import (
 // ratio (proxy/direct), both p50 latencies, the p50 and p99 the proxy adds,
 // the process CPU time per request on each path (clients, proxy and backend
 // all run in this process) and how many connections the backend accepted
-// (both paths; it stays flat when connections are reused). The two paths
-// alternate in rounds so that outside load hits both alike.
+// (every path; it stays flat when connections are reused).
+//
+// A third path, b.N requests more, goes through a splice: a forwarder that
+// copies each client connection's bytes to a backend connection of its own
+// and back, with no HTTP at all (it parses nothing, checks nothing, and
+// could not fence). It is the floor for any proxy on this machine: the cost
+// of one more loopback hop and its goroutine wake-ups, and the splice-*
+// metrics say what the fencing proxy's targets would read if the proxy cost
+// nothing more than that. The three paths alternate in rounds so that
+// outside load hits them alike.
+//
 // The sub-benchmarks vary the backend's service time: an injected sleep
 // standing for a resource that waits (disk, network), or about 100 µs of CPU
 // work per request (hashing) standing for one that computes on the same
 // cores. With one fixed sleep the 64 closed-loop clients can stay in
 // lockstep, every request of a burst reaching the proxy at once; the
-// "5-15ms" case spreads the sleeps evenly over 5-15 ms instead, by request
-// number, so that arrivals spread out while both paths still see the same
-// set of service times (the difference of their p50s is the proxy's).
+// "5-15ms" and "25-75ms" cases spread the sleeps evenly over the range
+// instead, by request number, so that arrivals spread out while every path
+// sees the same set of service times. There, request i of a round sleeps
+// alike on every path, and added-paired-p50-us is the median of the
+// per-request differences (proxied minus direct latency of the same i): the
+// p50 of each path lands on a slope of the spread, where timer jitter moves
+// it by tens of µs, while the paired difference cancels the sleep.
 //
 //	go test -run '^$' -bench ProxyOverhead -benchtime 20000x ./storageguard/
 func BenchmarkProxyOverhead(b *testing.B) {
@@ -45,6 +58,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		b.Run(fmt.Sprintf("clients=64/backend=%v", service), func(b *testing.B) { benchProxyOverhead(b, 64, service, 0, false) })
 	}
 	b.Run("clients=64/backend=5-15ms", func(b *testing.B) { benchProxyOverhead(b, 64, 10*time.Millisecond, 0, true) })
+	b.Run("clients=64/backend=25-75ms", func(b *testing.B) { benchProxyOverhead(b, 64, 50*time.Millisecond, 0, true) })
 	b.Run("clients=64/backend=100µs-cpu", func(b *testing.B) { benchProxyOverhead(b, 64, 0, 100*time.Microsecond, false) })
 	// One client at a time: the hop's own latency, without queueing for CPU.
 	b.Run("clients=1/backend=0s", func(b *testing.B) { benchProxyOverhead(b, 1, 0, 0, false) })
@@ -120,6 +134,11 @@ func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Durati
 	g := storageguard.NewGuard(storageguard.NewMemory(), storageguard.GuardConfig{Cluster: "payments", Verifier: codec})
 	proxy := httptest.NewServer(storageguard.NewProxy(g, target, storageguard.ProxyConfig{}))
 	defer proxy.Close()
+	splice, err := startSplice(target.Host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer splice.Close()
 	tok := gtSign(b, codec, gtEp(34, "node-b"))
 
 	newClient := func() (*http.Client, func()) {
@@ -130,21 +149,23 @@ func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Durati
 	defer closeDirect()
 	proxyClient, closeProxy := newClient()
 	defer closeProxy()
+	spliceClient, closeSplice := newClient()
+	defer closeSplice()
 
-	// Warm up: open the connections of both paths.
+	// Warm up: open the connections of every path.
 	for _, p := range []struct {
 		c   *http.Client
 		url string
-	}{{directClient, backend.URL}, {proxyClient, proxy.URL}} {
+	}{{directClient, backend.URL}, {proxyClient, proxy.URL}, {spliceClient, splice.URL()}} {
 		if _, err := runLoad(p.c, p.url, tok, benchClients, 4*benchClients, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
 
-	// Alternate the two paths in rounds, so that load from outside the
-	// benchmark hits both alike.
+	// Alternate the paths in rounds, so that load from outside the
+	// benchmark hits them alike.
 	const rounds = 10
-	var direct, proxied loadResult
+	var direct, proxied, spliced loadResult
 	var sleepOf func(i int) time.Duration
 	if spread {
 		sleepOf = func(i int) time.Duration { return spreadService(service, i) }
@@ -166,12 +187,22 @@ func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Durati
 		if err != nil {
 			b.Fatal(err)
 		}
+		sp, err := runLoad(spliceClient, splice.URL(), tok, benchClients, n, sleepOf)
+		if err != nil {
+			b.Fatal(err)
+		}
 		direct.add(d)
 		proxied.add(p)
+		spliced.add(sp)
 	}
 	b.StopTimer()
+	if spread {
+		b.ReportMetric(us(pairedMedian(proxied.lat, direct.lat)), "added-paired-p50-us")
+		b.ReportMetric(us(pairedMedian(spliced.lat, direct.lat)), "splice-added-paired-p50-us")
+	}
 	slices.Sort(direct.lat)
 	slices.Sort(proxied.lat)
+	slices.Sort(spliced.lat)
 
 	b.ReportMetric(direct.rps(), "direct-req/s")
 	b.ReportMetric(proxied.rps(), "proxy-req/s")
@@ -183,6 +214,103 @@ func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Durati
 	b.ReportMetric(us(direct.cpu)/float64(direct.n), "direct-cpu-us/req")
 	b.ReportMetric(us(proxied.cpu)/float64(proxied.n), "proxy-cpu-us/req")
 	b.ReportMetric(float64(backendConns.Load()), "backend-conns")
+	b.ReportMetric(spliced.rps()/direct.rps(), "splice-ratio")
+	b.ReportMetric(us(spliced.p(50)-direct.p(50)), "splice-added-p50-us")
+	b.ReportMetric(us(spliced.cpu)/float64(spliced.n), "splice-cpu-us/req")
+}
+
+// pairedMedian returns the median of a[i]-b[i].
+func pairedMedian(a, b []time.Duration) time.Duration {
+	d := make([]time.Duration, len(a))
+	for i := range a {
+		d[i] = a[i] - b[i]
+	}
+	slices.Sort(d)
+	return d[(len(d)-1)/2]
+}
+
+// splice is the benchmark's floor: a TCP forwarder that gives each client
+// connection a backend connection of its own and copies bytes both ways
+// (io.Copy) without looking at them.
+type splice struct {
+	ln      net.Listener
+	backend string
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	closed  bool
+}
+
+func startSplice(backend string) (*splice, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &splice{ln: ln, backend: backend, conns: make(map[net.Conn]struct{})}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+func (s *splice) URL() string { return "http://" + s.ln.Addr().String() }
+
+func (s *splice) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		bc, err := net.Dial("tcp", s.backend)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !s.track(c, bc) {
+			return
+		}
+		s.wg.Add(2)
+		go s.copy(bc, c)
+		go s.copy(c, bc)
+	}
+}
+
+// track records c and bc for Close, or closes them if Close came first.
+func (s *splice) track(c, bc net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		c.Close()
+		bc.Close()
+		return false
+	}
+	s.conns[c], s.conns[bc] = struct{}{}, struct{}{}
+	return true
+}
+
+// copy moves src's bytes to dst until either side ends, then closes both,
+// ending the opposite copy too.
+func (s *splice) copy(dst, src net.Conn) {
+	defer s.wg.Done()
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+	s.mu.Lock()
+	delete(s.conns, dst)
+	delete(s.conns, src)
+	s.mu.Unlock()
+}
+
+// Close stops accepting, closes every connection and waits for the copies.
+func (s *splice) Close() {
+	s.ln.Close()
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
