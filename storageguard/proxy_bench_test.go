@@ -138,7 +138,7 @@ func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Durati
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer splice.Close()
+	defer splice.close()
 	tok := gtSign(b, codec, gtEp(34, "node-b"))
 
 	newClient := func() (*http.Client, func()) {
@@ -156,7 +156,7 @@ func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Durati
 	for _, p := range []struct {
 		c   *http.Client
 		url string
-	}{{directClient, backend.URL}, {proxyClient, proxy.URL}, {spliceClient, splice.URL()}} {
+	}{{directClient, backend.URL}, {proxyClient, proxy.URL}, {spliceClient, splice.url()}} {
 		if _, err := runLoad(p.c, p.url, tok, benchClients, 4*benchClients, nil); err != nil {
 			b.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Durati
 		if err != nil {
 			b.Fatal(err)
 		}
-		sp, err := runLoad(spliceClient, splice.URL(), tok, benchClients, n, sleepOf)
+		sp, err := runLoad(spliceClient, splice.url(), tok, benchClients, n, sleepOf)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -229,88 +229,26 @@ func pairedMedian(a, b []time.Duration) time.Duration {
 	return d[(len(d)-1)/2]
 }
 
-// splice is the benchmark's floor: a TCP forwarder that gives each client
-// connection a backend connection of its own and copies bytes both ways
-// (io.Copy) without looking at them.
-type splice struct {
-	ln      net.Listener
-	backend string
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	conns   map[net.Conn]struct{}
-	closed  bool
-}
-
-func startSplice(backend string) (*splice, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	s := &splice{ln: ln, backend: backend, conns: make(map[net.Conn]struct{})}
-	s.wg.Add(1)
-	go s.accept()
-	return s, nil
-}
-
-func (s *splice) URL() string { return "http://" + s.ln.Addr().String() }
-
-func (s *splice) accept() {
-	defer s.wg.Done()
-	for {
-		c, err := s.ln.Accept()
+// startSplice starts the benchmark's floor: a TCP forwarder that gives each
+// client connection a backend connection of its own and copies bytes both
+// ways (io.Copy) without looking at them, until either side ends.
+func startSplice(backend string) (*connServer, error) {
+	return startConnServer(func(_ int, c net.Conn) {
+		bc, err := net.Dial("tcp", backend)
 		if err != nil {
 			return
 		}
-		bc, err := net.Dial("tcp", s.backend)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		if !s.track(c, bc) {
-			return
-		}
-		s.wg.Add(2)
-		go s.copy(bc, c)
-		go s.copy(c, bc)
-	}
-}
-
-// track records c and bc for Close, or closes them if Close came first.
-func (s *splice) track(c, bc net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		c.Close()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = io.Copy(bc, c)
+			bc.Close() // ends the copy below
+		}()
+		_, _ = io.Copy(c, bc)
+		c.Close() // ends the copy above
 		bc.Close()
-		return false
-	}
-	s.conns[c], s.conns[bc] = struct{}{}, struct{}{}
-	return true
-}
-
-// copy moves src's bytes to dst until either side ends, then closes both,
-// ending the opposite copy too.
-func (s *splice) copy(dst, src net.Conn) {
-	defer s.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-	s.mu.Lock()
-	delete(s.conns, dst)
-	delete(s.conns, src)
-	s.mu.Unlock()
-}
-
-// Close stops accepting, closes every connection and waits for the copies.
-func (s *splice) Close() {
-	s.ln.Close()
-	s.mu.Lock()
-	s.closed = true
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
+		<-done
+	})
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

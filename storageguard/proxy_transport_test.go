@@ -31,55 +31,26 @@ import (
 // body read; it writes the response to bw (flushed afterwards) and returns
 // whether to keep the connection open for another request.
 type rawBackend struct {
-	ln    net.Listener
+	*connServer
 	serve func(conn, n int, req *http.Request, body []byte, bw *bufio.Writer) (keep bool)
-	wg    sync.WaitGroup
-	conns atomic.Int64 // connections accepted
 
 	mu   sync.Mutex
-	open map[net.Conn]struct{}
 	reqs []string // "conn/n method path" of every request read
 }
 
 func newRawBackend(t *testing.T, serve func(conn, n int, req *http.Request, body []byte, bw *bufio.Writer) bool) *rawBackend {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	b := &rawBackend{serve: serve}
+	s, err := startConnServer(b.handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &rawBackend{ln: ln, serve: serve, open: map[net.Conn]struct{}{}}
-	b.wg.Add(1)
-	go b.accept()
+	b.connServer = s
 	t.Cleanup(b.close)
 	return b
 }
 
-func (b *rawBackend) url() string { return "http://" + b.ln.Addr().String() }
-
-func (b *rawBackend) accept() {
-	defer b.wg.Done()
-	for {
-		c, err := b.ln.Accept()
-		if err != nil {
-			return
-		}
-		id := int(b.conns.Add(1))
-		b.mu.Lock()
-		b.open[c] = struct{}{}
-		b.mu.Unlock()
-		b.wg.Add(1)
-		go b.handle(id, c)
-	}
-}
-
 func (b *rawBackend) handle(id int, c net.Conn) {
-	defer b.wg.Done()
-	defer func() {
-		c.Close()
-		b.mu.Lock()
-		delete(b.open, c)
-		b.mu.Unlock()
-	}()
 	br, bw := bufio.NewReader(c), bufio.NewWriter(c)
 	for n := 1; ; n++ {
 		req, err := http.ReadRequest(br)
@@ -106,14 +77,73 @@ func (b *rawBackend) requests() []string {
 	return append([]string(nil), b.reqs...)
 }
 
-func (b *rawBackend) close() {
-	b.ln.Close()
-	b.mu.Lock()
-	for c := range b.open {
+// connServer accepts TCP connections on loopback and runs handle on each in
+// a goroutine of its own (id counts connections from 1), closing the
+// connection when handle returns. close stops accepting, closes every open
+// connection (ending handlers blocked on it) and waits for the handlers.
+type connServer struct {
+	ln     net.Listener
+	handle func(id int, c net.Conn)
+	wg     sync.WaitGroup
+	conns  atomic.Int64 // connections accepted
+
+	mu     sync.Mutex
+	open   map[net.Conn]struct{}
+	closed bool
+}
+
+func startConnServer(handle func(id int, c net.Conn)) (*connServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &connServer{ln: ln, handle: handle, open: map[net.Conn]struct{}{}}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+func (s *connServer) url() string { return "http://" + s.ln.Addr().String() }
+
+func (s *connServer) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		id := int(s.conns.Add(1))
+		s.mu.Lock()
+		if s.closed { // close ran between Accept and here
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.open[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			defer func() {
+				c.Close()
+				s.mu.Lock()
+				delete(s.open, c)
+				s.mu.Unlock()
+			}()
+			s.handle(id, c)
+		}()
+	}
+}
+
+func (s *connServer) close() {
+	s.ln.Close()
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.open {
 		c.Close()
 	}
-	b.mu.Unlock()
-	b.wg.Wait()
+	s.mu.Unlock()
+	s.wg.Wait()
 }
 
 // respond writes a complete response with a Content-Length.
