@@ -325,25 +325,9 @@ func (s *SQL) Do(ctx context.Context, resource string, ep epoch.Epoch, write fun
 	if write == nil {
 		return s.Admit(ctx, resource, ep)
 	}
-	ran := false
-	var werr error
-	err := s.run(ctx, resource, ep, false, func(*sql.Tx) error {
-		if ran {
-			// A retried attempt: write already ran under the lock; do not
-			// run it twice.
-			return nil
-		}
-		ran = true
-		werr = write(ctx)
-		return werr
+	return txretry.WriteOnce(ctx, write, func(body func(*sql.Tx) error) error {
+		return s.run(ctx, resource, ep, false, body)
 	})
-	if ran {
-		// write ran while the fence row was locked under ep: its result is
-		// the result, even if ending the (otherwise empty) transaction
-		// failed afterwards.
-		return werr
-	}
-	return err
 }
 
 // Admit implements Fence.Admit.

@@ -223,21 +223,9 @@ func (f *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write f
 	if write == nil {
 		return f.Admit(ctx, resource, ep)
 	}
-	ran := false
-	var werr error
-	err := f.run(ctx, resource, ep, false, pgx.TxOptions{}, func(pgx.Tx) error {
-		if ran {
-			// A retried attempt: write already ran under the lock.
-			return nil
-		}
-		ran = true
-		werr = write(ctx)
-		return werr
+	return txretry.WriteOnce(ctx, write, func(body func(pgx.Tx) error) error {
+		return f.run(ctx, resource, ep, false, pgx.TxOptions{}, body)
 	})
-	if ran {
-		return werr
-	}
-	return err
 }
 
 // Admit implements storageguard.Fence.Admit.

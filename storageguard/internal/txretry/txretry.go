@@ -61,6 +61,28 @@ func Run(ctx context.Context, attempt Attempt, raiseInTx bool, retryable func(er
 	}
 }
 
+// WriteOnce runs a fence's Do: run drives the transactions (retrying them
+// as it must), and the body it is given calls write in the first attempt
+// only. Once write has run under the fence row's lock its error is the
+// result, even if ending the transaction failed afterwards, and a retried
+// attempt does not run it again.
+func WriteOnce[Tx any](ctx context.Context, write func(context.Context) error, run func(body func(Tx) error) error) error {
+	ran := false
+	var werr error
+	err := run(func(Tx) error {
+		if ran {
+			return nil
+		}
+		ran = true
+		werr = write(ctx)
+		return werr
+	})
+	if ran {
+		return werr
+	}
+	return err
+}
+
 // Retry runs op until it succeeds, fails with an error retryable does not
 // accept, or has run maxAttempts times.
 func Retry(ctx context.Context, op func() error, retryable func(error) bool, maxAttempts int) error {

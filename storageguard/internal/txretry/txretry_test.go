@@ -87,3 +87,43 @@ func TestRetryAndBackoffStopOnCancel(t *testing.T) {
 		t.Fatalf("Retry: %v after %d calls, want busy after 2", err, n)
 	}
 }
+
+// TestWriteOnce: write runs in the first attempt only, however often run
+// retries the body; once it ran, its result is Do's even when ending the
+// transaction failed; if it never ran, run's error is the result.
+func TestWriteOnce(t *testing.T) {
+	ctx := context.Background()
+	errWrite, errCommit := errors.New("write"), errors.New("commit")
+	for _, c := range []struct {
+		name     string
+		writeErr error
+		attempts int   // how many times run calls the body
+		runErr   error // what run returns afterwards
+		want     error
+		wantRuns int
+	}{
+		{"once", nil, 1, nil, nil, 1},
+		{"retried after write", nil, 3, nil, nil, 1},
+		{"commit failed after write", nil, 1, errCommit, nil, 1},
+		{"write failed", errWrite, 2, errWrite, errWrite, 1},
+		{"write failed, run reports another error", errWrite, 1, errCommit, errWrite, 1},
+		{"never reached write", nil, 0, errCommit, errCommit, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runs := 0
+			write := func(context.Context) error { runs++; return c.writeErr }
+			err := WriteOnce(ctx, write, func(body func(int) error) error {
+				for range c.attempts {
+					_ = body(0)
+				}
+				return c.runErr
+			})
+			if !errors.Is(err, c.want) || (c.want == nil && err != nil) {
+				t.Fatalf("error %v, want %v", err, c.want)
+			}
+			if runs != c.wantRuns {
+				t.Fatalf("write ran %d times, want %d", runs, c.wantRuns)
+			}
+		})
+	}
+}
