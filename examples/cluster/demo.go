@@ -250,15 +250,6 @@ func (d *demo) addrs() string {
 	return strings.Join(s, " ")
 }
 
-func (d *demo) node(id string) *demoNode {
-	for _, n := range d.nodes {
-		if n.id == id {
-			return n
-		}
-	}
-	return nil
-}
-
 // data formats a record value (space-separated items) as the seed prints a
 // list.
 func data(v string) string { return "[" + v + "]" }
@@ -365,7 +356,7 @@ func (d *demo) scenario(ctx context.Context) error {
 	// A's Raft node notices it has no quorum and steps down; its writer,
 	// frozen, does not know.
 	if err := waitFor(ctx, func() bool { _, err := a.el.Epoch(); return err != nil }); err != nil {
-		return fmt.Errorf("A's Raft node never stepped down: %w", err)
+		return fmt.Errorf("the Raft node of A never stepped down: %w", err)
 	}
 	d.say("raft", "%s hears from no quorum within its lease (%v): it steps down; A does not know", a.id, d.hb/2)
 
@@ -389,7 +380,7 @@ func (d *demo) scenario(ctx context.Context) error {
 	select {
 	case res = <-aDone:
 	case <-ctx.Done():
-		return fmt.Errorf("A's writer never finished: %w", ctx.Err())
+		return fmt.Errorf("the writer of A never finished: %w", ctx.Err())
 	}
 	stopLead()
 	leads.Wait()
@@ -413,7 +404,7 @@ func (d *demo) scenario(ctx context.Context) error {
 	d.say("result", "data=%s (last written under term %d by %s)  %s", data(rec.Value), rec.Term, rec.Leader, verdict)
 	d.say("store", "accepted=%d refused=%d highest=%s", st.Accepted, st.Refused, st.Highest[DefaultResource])
 	if res.err != nil {
-		return fmt.Errorf("A's late write got no answer: %w", res.err)
+		return fmt.Errorf("the late write of A got no answer: %w", res.err)
 	}
 	fmt.Fprintf(d.out, "summary: fenced=%v A=%s epochA=%s B=%s epochB=%s pause=%dms refused=%d lost=%d data=%s elapsed=%dms\n",
 		!d.unfenced, a.id, epA, b.n.id, b.ep, pause.Milliseconds(), st.Refused, lost, data(rec.Value),
