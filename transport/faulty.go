@@ -34,8 +34,9 @@ import (
 // A partition is checked when an RPC starts and again after its injected
 // delay; an RPC already on the wire when a partition starts completes.
 //
-// Faulty never enables raft's heartbeat fast path: SetHeartbeatHandler is
-// ignored and never passed to the wrapped transport.
+// Faulty never enables raft's heartbeat fast path, whatever it wraps: it
+// wraps t in MainLoopOnly, so SetHeartbeatHandler never reaches t, and every
+// inbound RPC passes the faults on its way to Consumer().
 //
 // AppendEntriesPipeline always returns raft.ErrPipelineReplicationNotSupported,
 // so raft replicates with plain AppendEntries calls, each of which honours
@@ -65,7 +66,7 @@ type Faulty struct {
 // Faulty to raft, and Faulty.Close closes t.
 func NewFaulty(t Transport) *Faulty {
 	f := &Faulty{
-		inner: t,
+		inner: MainLoopOnly(t),
 		out:   make(chan raft.RPC),
 		done:  make(chan struct{}),
 		cut:   make(map[raft.ServerAddress]struct{}),
@@ -293,9 +294,10 @@ func (f *Faulty) EncodePeer(id raft.ServerID, addr raft.ServerAddress) []byte {
 // DecodePeer implements raft.Transport.
 func (f *Faulty) DecodePeer(buf []byte) raft.ServerAddress { return f.inner.DecodePeer(buf) }
 
-// SetHeartbeatHandler ignores cb and does not pass it on: heartbeats reach
-// raft through Consumer(), on its main goroutine (DESIGN.md I2).
-func (f *Faulty) SetHeartbeatHandler(func(raft.RPC)) {}
+// SetHeartbeatHandler implements raft.Transport. The wrapped transport is
+// behind MainLoopOnly, which drops cb: heartbeats reach raft through
+// Consumer(), on its main goroutine, after the faults.
+func (f *Faulty) SetHeartbeatHandler(cb func(raft.RPC)) { f.inner.SetHeartbeatHandler(cb) }
 
 // Close stops the goroutine that feeds Consumer(), waits for it, and closes
 // the wrapped transport. Later calls return the first call's result.

@@ -154,22 +154,6 @@ func TestFaultyPipelineNotSupported(t *testing.T) {
 	}
 }
 
-func TestFaultyHeartbeatHandlerIgnored(t *testing.T) {
-	// The wrapped transport is a raw raft.NetworkTransport, which would use
-	// the fast path if Faulty passed the handler on.
-	raw, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 1, time.Second, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := NewFaulty(raw)
-	defer f.Close()
-	a := newTestTCP(t, Config{})
-	calls, viaConsumer := sendHeartbeat(t, a, f)
-	if calls != 0 || !viaConsumer {
-		t.Fatalf("handler calls %d, via consumer %v; want 0, true", calls, viaConsumer)
-	}
-}
-
 func TestFaultyClosedAndConcurrentFaults(t *testing.T) {
 	fs, _ := inmemFaulty(t, 2)
 	a, b := fs[0], fs[1]
