@@ -35,6 +35,9 @@
 //     certificate the CA signed is a peer. Use a CA per cluster. Certificate
 //     files are read once; rotating them needs a new transport (or your own
 //     tls.Config with GetCertificate).
+//   - Cut knows an inbound RPC's sender only by its RPCHeader.Addr (raft
+//     always fills it); a hand-made RPC that names no sender passes a Cut,
+//     though not Isolate.
 //   - An RPC already on the wire when a Faulty partition starts completes.
 //     Faulty disables pipelined replication (every AppendEntries is a
 //     separate round trip) and drops or delays only this node's outbound

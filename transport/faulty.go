@@ -180,7 +180,8 @@ func (f *Faulty) forward() {
 		case <-f.done:
 			return
 		case rpc := <-in:
-			if from, ok := sender(rpc.Command); ok && f.partitioned(from) {
+			// An RPC whose sender is unknown ("") still meets Isolate.
+			if from := sender(rpc.Command); f.partitioned(from) {
 				refuse(rpc, fmt.Errorf("%w: %s -> %s", ErrPartitioned, from, f.inner.LocalAddr()))
 				continue
 			}
@@ -194,21 +195,15 @@ func (f *Faulty) forward() {
 	}
 }
 
-// sender returns the address of the node that sent cmd.
-func sender(cmd any) (raft.ServerAddress, bool) {
-	var addr []byte
-	if h, ok := cmd.(raft.WithRPCHeader); ok {
-		addr = h.GetRPCHeader().Addr
+// sender returns the address of the node that sent cmd, from its
+// RPCHeader.Addr (raft fills it in every request it sends), or "" if cmd
+// carries none.
+func sender(cmd any) raft.ServerAddress {
+	h, ok := cmd.(raft.WithRPCHeader)
+	if !ok {
+		return ""
 	}
-	if len(addr) == 0 {
-		switch c := cmd.(type) {
-		case *raft.AppendEntriesRequest:
-			addr = c.Leader //nolint:staticcheck // pre-v3 peers fill only this
-		case *raft.RequestVoteRequest:
-			addr = c.Candidate //nolint:staticcheck // pre-v3 peers fill only this
-		}
-	}
-	return raft.ServerAddress(addr), len(addr) > 0
+	return raft.ServerAddress(h.GetRPCHeader().Addr)
 }
 
 // refuse answers rpc with err and an empty response of the right type (some
