@@ -29,7 +29,7 @@ func TestWakeOrder(t *testing.T) {
 		if nd == ld {
 			continue
 		}
-		rank, winner := nd.el.wakeRank(raft.ServerID(ld.id))
+		rank, winner := nd.el.waker.rank(raft.ServerID(ld.id))
 		if winner != 1 {
 			t.Errorf("%s: first follower that can win is at place %d, want 1", nd.id, winner)
 		}
@@ -48,7 +48,7 @@ func TestWakeOrder(t *testing.T) {
 // would time out after LeaderLeaseTimeout; a leader with a raised one would
 // heartbeat too slowly).
 func TestWakeRestoresHeartbeatTimeout(t *testing.T) {
-	if _, ok := (&Election{cfg: Config{HeartbeatTimeout: testHT, LeaderLeaseTimeout: testLLT}}).lowHeartbeat(); !ok {
+	if _, ok := (&waker{ht: testHT, llt: testLLT}).lowHeartbeat(); !ok {
 		t.Fatalf("test timing HT %v LLT %v leaves the waker nothing to lower", testHT, testLLT)
 	}
 	c := newCluster(t, 3)
@@ -62,8 +62,8 @@ func TestWakeRestoresHeartbeatTimeout(t *testing.T) {
 	for _, nd := range c.nodes {
 		want := testHT
 		if nd != ld {
-			rank, _ := nd.el.wakeRank(raft.ServerID(ld.id))
-			want = testHT + time.Duration(rank)*nd.el.wakeSpread()
+			rank, _ := nd.el.waker.rank(raft.ServerID(ld.id))
+			want = testHT + time.Duration(rank)*nd.el.waker.spread()
 		}
 		waitFor(t, fmt.Sprintf("%s to run raft with HeartbeatTimeout %v", nd.id, want), func() bool {
 			return nd.el.Raft().ReloadableConfig().HeartbeatTimeout == want
@@ -82,12 +82,12 @@ func TestWakeWithLiveLeaderRestores(t *testing.T) {
 		if nd == ld {
 			continue
 		}
-		rank, _ := nd.el.wakeRank(raft.ServerID(ld.id))
-		want := testHT + time.Duration(rank)*nd.el.wakeSpread()
+		rank, _ := nd.el.waker.rank(raft.ServerID(ld.id))
+		want := testHT + time.Duration(rank)*nd.el.waker.spread()
 		waitFor(t, fmt.Sprintf("%s to run raft with HeartbeatTimeout %v", nd.id, want), func() bool {
 			return nd.el.Raft().ReloadableConfig().HeartbeatTimeout == want
 		})
-		nd.el.wakeRaft(nd.el.Raft().LastContact(), want)
+		nd.el.waker.wakeRaft(nd.el.Raft().LastContact(), want)
 		if got := nd.el.Raft().ReloadableConfig().HeartbeatTimeout; got != want {
 			t.Errorf("%s: HeartbeatTimeout %v after a wake, want %v", nd.id, got, want)
 		}
