@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -144,30 +142,30 @@ func TestResign(t *testing.T) {
 }
 
 // TestStepDownBeforePublish is I1's core race: a node that raft makes
-// leader but that steps down before its Barrier commits must never publish
-// that term. Every RPC is delayed by stepDelay, and each node is cut off the
-// instant its own Observe stream says raft made it leader; a partition is
-// checked again after the delay, so the Barrier of such a node can never
-// commit. The test fails if any of these terms is ever handed out — by
-// Epoch() (polled every millisecond) or in an Observe stream — and the
-// checker fails it if any node hands out a term it did not win or that
-// another node holds.
+// leader but that steps down before an entry of its term commits must never
+// publish that term. Each node is cut off the moment it sends its first
+// AppendEntries as leader of a newer term (tripAbove) — before any follower
+// can accept an entry of that term — so such a node can never commit. The
+// test fails if any of these terms is ever handed out — by Epoch() (polled
+// every millisecond) or in an Observe stream — and the checker fails it if
+// any node hands out a term it did not win or that another node holds.
+//
+// The cut is made in the transport, on raft's own replication path, not by
+// a goroutine reacting to Observe: under load such a goroutine can run after
+// the new leader's first entry has committed, and the test then failed a
+// correct node.
 func TestStepDownBeforePublish(t *testing.T) {
-	const stepDelay = 10 * time.Millisecond
 	c := newCluster(t, 3)
-	for _, nd := range c.nodes {
-		nd.net.Delay(stepDelay)
-	}
 	for round := range 3 {
 		ld, ep := c.leader()
-		victims := c.isolateOnWin(ep.Term)
+		c.tripAbove(ep.Term)
 		ld.net.Isolate()
 		var got map[string]uint64
-		waitFor(t, "the next raft leader to be isolated right after its win", func() bool {
-			got = victims.isolated()
+		waitFor(t, "the next raft leader to be cut off at its first AppendEntries", func() bool {
+			got = c.tripped()
 			return len(got) > 0
 		})
-		victims.stop()
+		c.tripAbove(0)
 		for _, nd := range c.nodes {
 			waitFor(t, nd.id+" to step down", func() bool { return stateOf(nd) != raft.Leader })
 			if e, err := nd.el.Epoch(); err == nil {
@@ -176,62 +174,15 @@ func TestStepDownBeforePublish(t *testing.T) {
 		}
 		for id, term := range got {
 			if h := c.check.holderOf(term); h != "" {
-				t.Errorf("%s was cut off right after winning term %d, yet %s handed out an epoch of that term", id, term, h)
+				t.Errorf("%s was cut off before its first AppendEntries of term %d, yet %s handed out an epoch of that term", id, term, h)
 			}
 		}
-		t.Logf("round %d: isolated leader %s at %v; then cut off %v right after they won", round, ld.id, ep, got)
+		t.Logf("round %d: isolated leader %s at %v; then cut off %v at their first AppendEntries", round, ld.id, ep, got)
 		for _, nd := range c.nodes {
 			nd.net.Heal()
 		}
 	}
 	c.leader()
-}
-
-// isolator cuts a node off the moment its Observe stream reports that raft
-// made it leader of a term above some term.
-type isolator struct {
-	mu     sync.Mutex
-	got    map[string]uint64
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-func (c *cluster) isolateOnWin(above uint64) *isolator {
-	ctx, cancel := context.WithCancel(context.Background())
-	iso := &isolator{got: make(map[string]uint64), cancel: cancel}
-	for _, nd := range c.nodes {
-		updates := nd.el.Observe(ctx)
-		iso.wg.Add(1)
-		go func() {
-			defer iso.wg.Done()
-			for l := range updates {
-				if l.Self && l.Term > above {
-					nd.net.Isolate()
-					iso.mu.Lock()
-					if _, ok := iso.got[nd.id]; !ok {
-						iso.got[nd.id] = l.Term
-					}
-					iso.mu.Unlock()
-				}
-			}
-		}()
-	}
-	return iso
-}
-
-func (iso *isolator) isolated() map[string]uint64 {
-	iso.mu.Lock()
-	defer iso.mu.Unlock()
-	out := make(map[string]uint64, len(iso.got))
-	for k, v := range iso.got {
-		out[k] = v
-	}
-	return out
-}
-
-func (iso *isolator) stop() {
-	iso.cancel()
-	iso.wg.Wait()
 }
 
 // TestCrashLeader: the leader's raft and transport stop with no handover;

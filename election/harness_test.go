@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +53,11 @@ type cluster struct {
 	tb    testing.TB
 	nodes []*node
 	check *checker
+
+	// trip: see tripAbove.
+	tripTerm atomic.Uint64 // 0: disarmed
+	tripMu   sync.Mutex
+	tripGot  map[string]uint64 // node -> the term it was cut off in
 }
 
 type node struct {
@@ -140,7 +147,9 @@ func (c *cluster) start(nd *node) {
 		}
 	}
 	nd.net = transport.NewFaulty(nd.mem)
-	el, err := New(c.config(nd))
+	cfg := c.config(nd)
+	cfg.Transport = tripwire{Faulty: nd.net, c: c, id: nd.id}
+	el, err := New(cfg)
 	if err != nil {
 		_ = nd.net.Close()
 		c.tb.Fatalf("New(%s): %v", nd.id, err)
@@ -221,6 +230,58 @@ func (c *cluster) crash(nd *node) {
 	nd.up = false
 }
 
+// epochOf returns nd's Epoch() and, when it succeeds, hands it to the
+// checker. Every epoch a test waits for is checked here, on the test's own
+// goroutine, before the test can act on it: the background pollers of
+// start may not have run yet when a short test ends (TestWakeOrder did, and
+// its checker then saw no epoch at all).
+func (c *cluster) epochOf(nd *node) (epoch.Epoch, error) {
+	ep, err := nd.el.Epoch()
+	if err == nil {
+		c.check.epoch("wait", nd.id, ep)
+	}
+	return ep, err
+}
+
+// tripAbove arms (term > 0) or disarms (0) the cluster's tripwire: armed,
+// every node that sends an AppendEntries of a term above term — which only
+// a leader of that term does, first to replicate the no-op that would
+// commit its term — is isolated before that RPC leaves, and recorded.
+func (c *cluster) tripAbove(term uint64) {
+	c.tripMu.Lock()
+	defer c.tripMu.Unlock()
+	c.tripTerm.Store(term)
+	c.tripGot = make(map[string]uint64)
+}
+
+// tripped returns the nodes the tripwire cut off since it was armed, each
+// with the term of its first AppendEntries.
+func (c *cluster) tripped() map[string]uint64 {
+	c.tripMu.Lock()
+	defer c.tripMu.Unlock()
+	return maps.Clone(c.tripGot)
+}
+
+// tripwire is a node's transport as raft sees it in the cluster tests: its
+// Faulty, with AppendEntries watched for tripAbove.
+type tripwire struct {
+	*transport.Faulty
+	c  *cluster
+	id string
+}
+
+func (w tripwire) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if above := w.c.tripTerm.Load(); above != 0 && args.Term > above {
+		w.Isolate() // before the Faulty looks at this RPC: it fails
+		w.c.tripMu.Lock()
+		if _, ok := w.c.tripGot[w.id]; !ok && w.c.tripTerm.Load() == above {
+			w.c.tripGot[w.id] = args.Term
+		}
+		w.c.tripMu.Unlock()
+	}
+	return w.Faulty.AppendEntries(id, target, args, resp)
+}
+
 // leader waits until exactly one running node holds an epoch and returns it.
 func (c *cluster) leader() (*node, epoch.Epoch) {
 	c.tb.Helper()
@@ -232,7 +293,7 @@ func (c *cluster) leader() (*node, epoch.Epoch) {
 			if !nd.up {
 				continue
 			}
-			if e, err := nd.el.Epoch(); err == nil {
+			if e, err := c.epochOf(nd); err == nil {
 				if ld != nil {
 					return false
 				}
@@ -255,7 +316,7 @@ func (c *cluster) leaderAbove(term uint64, except *node) (*node, epoch.Epoch) {
 			if nd == except || !nd.up {
 				continue
 			}
-			if e, err := nd.el.Epoch(); err == nil && e.Term > term {
+			if e, err := c.epochOf(nd); err == nil && e.Term > term {
 				ld, ep = nd, e
 				return true
 			}
