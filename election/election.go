@@ -21,10 +21,10 @@ const notifyBuffer = 16
 // as a fencing epoch. It is safe for concurrent use. Create it with New and
 // release it with Close.
 type Election struct {
-	cfg Config // with defaults applied
-	log hclog.Logger
-	*raftNode
-	waker *waker
+	cfg       Config // with defaults applied
+	log       hclog.Logger
+	*raftNode        // raft, its stores and its RPC inbox (raftnode.go)
+	waker     *waker // wakes raft early on a silent leader (wake.go)
 
 	notifyCh chan bool             // raft's Config.NotifyCh
 	won      atomic.Bool           // the latest value seen on notifyCh
