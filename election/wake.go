@@ -15,7 +15,8 @@ import (
 // waker makes a follower notice a silent leader on time, so that the
 // cluster fails over in about one HeartbeatTimeout instead of up to three.
 // One waker runs per Election, from New until Close; it owns its own state
-// and touches raft only through raft's public API.
+// and reaches raft only through raft's public API and, for transferSelf,
+// the channel raft reads its RPCs from.
 //
 // # Failover timing
 //
