@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
 )
 
@@ -85,60 +86,76 @@ func TestRestartAllTermsGrow(t *testing.T) {
 	}
 }
 
+// TestTransferTo hands leadership to each of the two followers in turn
+// (raft's own choice, the most up-to-date follower, can match only one).
 func TestTransferTo(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	ld, ep := c.leader()
-	var target *node
-	for _, nd := range c.nodes {
-		if nd != ld {
-			target = nd
-			break
-		}
+	for pick := range 2 {
+		c.quietly(fmt.Sprintf("TransferTo follower %d", pick), func() error {
+			ld, ep := c.leader()
+			var followers []*node
+			for _, nd := range c.nodes {
+				if nd != ld {
+					followers = append(followers, nd)
+				}
+			}
+			return transferTo(ctx, c, ld, ep, followers[pick])
+		})
 	}
+}
+
+// transferTo checks TransferTo from ld (leading at ep) to target, and its
+// errors.
+func transferTo(ctx context.Context, c *cluster, ld *node, ep epoch.Epoch, target *node) error {
 	if err := ld.el.TransferTo(ctx, target.id); err != nil {
-		t.Fatalf("TransferTo(%s): %v", target.id, err)
+		return fmt.Errorf("TransferTo(%s): %w", target.id, err)
 	}
 	if stateOf(ld) == raft.Leader {
-		t.Fatalf("TransferTo returned while %s still leads", ld.id)
+		return fmt.Errorf("TransferTo returned while %s still leads", ld.id)
 	}
 	nw, nep := c.leader()
 	if nw != target || nep.Term != ep.Term+1 {
-		t.Fatalf("after TransferTo(%s) from %v: %s leads with %v, want %s with term %d", target.id, ep, nw.id, nep, target.id, ep.Term+1)
+		return fmt.Errorf("after TransferTo(%s) from %v: %s leads with %v, want %s with term %d",
+			target.id, ep, nw.id, nep, target.id, ep.Term+1)
 	}
 
 	// Errors: not leader, unknown target, self.
 	err := ld.el.TransferTo(ctx, target.id)
 	var nl *NotLeaderError
 	if !errors.As(err, &nl) || !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("TransferTo on a follower: %v, want *NotLeaderError", err)
+		return fmt.Errorf("TransferTo on a follower: %v, want *NotLeaderError", err)
 	}
 	if err := nw.el.TransferTo(ctx, "nobody"); !errors.Is(err, ErrUnknownServer) {
-		t.Fatalf("TransferTo(nobody): %v, want ErrUnknownServer", err)
+		return fmt.Errorf("TransferTo(nobody): %v, want ErrUnknownServer", err)
 	}
 	if err := nw.el.TransferTo(ctx, nw.id); !errors.Is(err, ErrUnknownServer) {
-		t.Fatalf("TransferTo(self): %v, want ErrUnknownServer", err)
+		return fmt.Errorf("TransferTo(self): %v, want ErrUnknownServer", err)
 	}
+	return nil
 }
 
 func TestResign(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	ld, ep := c.leader()
-	if err := ld.el.Resign(ctx); err != nil {
-		t.Fatalf("Resign: %v", err)
-	}
-	if _, err := ld.el.Epoch(); !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("Epoch after Resign: %v, want ErrNotLeader", err)
-	}
-	nw, nep := c.leaderAbove(ep.Term, ld)
-	if nep.Term != ep.Term+1 {
-		t.Fatalf("after Resign at %v, %s leads with %v; want term %d", ep, nw.id, nep, ep.Term+1)
-	}
-	// Resign on a follower is a no-op.
-	if err := ld.el.Resign(ctx); err != nil {
-		t.Fatalf("Resign on a follower: %v", err)
-	}
+	c.quietly("Resign", func() error {
+		ld, ep := c.leader()
+		if err := ld.el.Resign(ctx); err != nil {
+			return fmt.Errorf("Resign: %w", err)
+		}
+		if _, err := ld.el.Epoch(); !errors.Is(err, ErrNotLeader) {
+			return fmt.Errorf("Epoch after Resign: %v, want ErrNotLeader", err)
+		}
+		nw, nep := c.leaderAbove(ep.Term, ld)
+		if nep.Term != ep.Term+1 {
+			return fmt.Errorf("after Resign at %v, %s leads with %v; want term %d", ep, nw.id, nep, ep.Term+1)
+		}
+		// Resign on a follower is a no-op.
+		if err := ld.el.Resign(ctx); err != nil {
+			return fmt.Errorf("Resign on a follower: %w", err)
+		}
+		return nil
+	})
 }
 
 // TestStepDownBeforePublish is I1's core race: a node that raft makes

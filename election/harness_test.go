@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -243,6 +244,33 @@ func (c *cluster) epochOf(nd *node) (epoch.Epoch, error) {
 	return ep, err
 }
 
+// quietly runs scenario until it returns nil, for a scenario whose outcome
+// holds only if raft starts no election on its own meanwhile (a transfer's
+// target wins the very next term, say). On a loaded machine raft may do just
+// that, from a timeout (see disturbances). If scenario fails and raft logged
+// a disturbance during it, or within 2*ElectionTimeout before it (an
+// election already under way when it started), the attempt proved nothing
+// and is repeated, until waitLong. A failure in a quiet cluster fails the
+// test at once.
+func (c *cluster) quietly(what string, scenario func() error) {
+	c.tb.Helper()
+	deadline := time.Now().Add(waitLong)
+	for {
+		start := time.Now()
+		err := scenario()
+		if err == nil {
+			return
+		}
+		if !c.check.disturbedSince(start.Add(-2 * testET)) {
+			c.tb.Fatalf("%s: %v", what, err)
+		}
+		if time.Now().After(deadline) {
+			c.tb.Fatalf("%s: raft kept starting elections on its own for %v; last attempt: %v", what, waitLong, err)
+		}
+		c.tb.Logf("%s: raft started an election on its own meanwhile; again (%v)", what, err)
+	}
+}
+
 // tripAbove arms (term > 0) or disarms (0) the cluster's tripwire: armed,
 // every node that sends an AppendEntries of a term above term — which only
 // a leader of that term does, first to replicate the no-op that would
@@ -347,6 +375,7 @@ type checker struct {
 	lastTerm  map[string]uint64          // node -> last Leadership.Term
 	maxTerm   uint64                     // highest epoch term seen
 	epochs    int                        // epoch sightings
+	unrest    []time.Time                // when raft logged a disturbance
 	errs      []string
 	tail      []string // the last log lines of every node, for a failing test
 }
@@ -421,6 +450,20 @@ func (c *checker) leadership(node string, l Leadership) {
 		c.fail("observe: %s reported %+v: an epoch without being the leader of its term", node, l)
 	}
 	c.epochLocked("observe", node, l.Epoch, true)
+}
+
+// disturbed records that raft logged one of disturbances.
+func (c *checker) disturbed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unrest = append(c.unrest, time.Now())
+}
+
+// disturbedSince reports whether raft logged a disturbance at or after t.
+func (c *checker) disturbedSince(t time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.unrest) > 0 && !c.unrest[len(c.unrest)-1].Before(t)
 }
 
 // holderOf returns the node seen holding an epoch of term, or "".
@@ -503,18 +546,46 @@ func (w *wonWriter) Write(p []byte) (int, error) {
 	_, _ = w.echo.Write(p)
 	w.c.record(p)
 	for _, line := range bytes.Split(p, []byte("\n")) {
-		if !bytes.Contains(line, []byte(`"election won"`)) {
+		if !bytes.Contains(line, []byte(`"election won"`)) && !containsAny(line, disturbances) {
 			continue
 		}
 		var rec struct {
 			Msg  string `json:"@message"`
 			Term uint64 `json:"term"`
 		}
-		if err := json.Unmarshal(line, &rec); err == nil && rec.Msg == "election won" {
+		if err := json.Unmarshal(line, &rec); err != nil {
+			continue
+		}
+		switch {
+		case rec.Msg == "election won":
 			w.c.elected(w.node, rec.Term)
+		case slices.Contains(disturbances, rec.Msg):
+			w.c.disturbed()
 		}
 	}
 	return len(p), nil
+}
+
+// disturbances are raft's log messages for an election raft starts on its
+// own, from a timeout: a leader that has not heard from a quorum for
+// LeaderLeaseTimeout, a follower that has not heard from a leader for
+// HeartbeatTimeout (also when the waker wakes it), a candidate whose
+// election took ElectionTimeout. In a quiet cluster none is logged; on a
+// loaded machine, where a goroutine can wait tens of milliseconds for a
+// core, any may be.
+var disturbances = []string{
+	"failed to contact quorum of nodes, stepping down",
+	"heartbeat timeout reached, starting election",
+	"Election timeout reached, restarting election",
+}
+
+func containsAny(line []byte, msgs []string) bool {
+	for _, m := range msgs {
+		if bytes.Contains(line, []byte(m)) {
+			return true
+		}
+	}
+	return false
 }
 
 // stateOf is a shorthand for a node's raft state.
