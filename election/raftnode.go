@@ -58,7 +58,7 @@ func openNode(c Config, notifyCh chan<- bool) (*raftNode, error) {
 	}
 	n.logs = logs
 	if err := bootstrap(c, rc, logs, stable, snaps); err != nil {
-		n.closeStores()
+		_ = n.closeStores()
 		return nil, err
 	}
 	// raft reads RPCs from inbox, and never gets a heartbeat fast path
@@ -66,7 +66,7 @@ func openNode(c Config, notifyCh chan<- bool) (*raftNode, error) {
 	tr := transport.MainLoopOnly(inboxTransport{Transport: c.Transport, inbox: n.inbox})
 	r, err := raft.NewRaft(rc, c.FSM, logs, stable, snaps, tr)
 	if err != nil {
-		n.closeStores()
+		_ = n.closeStores()
 		return nil, fmt.Errorf("election: starting raft: %w", err)
 	}
 	n.raft = r
