@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -108,11 +109,19 @@ func TestLeadCancelledOnPartitionRunsAgain(t *testing.T) {
 	// Back to the first node: its fn runs again, with a newer epoch, and
 	// the second leader's fn is cancelled.
 	c.quietly("TransferTo the first node", func() error {
-		ld, _ := c.leader()
+		ld, ep := c.leader()
 		if ld.id == r1.node {
 			return nil // raft elected it on its own meanwhile; its run is checked below
 		}
-		return ld.el.TransferTo(context.Background(), r1.node)
+		if err := ld.el.TransferTo(context.Background(), r1.node); err != nil {
+			return err
+		}
+		// TransferTo returns once ld no longer leads, which a lost
+		// lease also ends: look at who leads now.
+		if nw, nep := c.leader(); nw.id != r1.node {
+			return fmt.Errorf("after TransferTo(%s) from %v, %v leads", r1.node, ep, nep)
+		}
+		return nil
 	})
 	r3 := nextMatching(t, ls.runs, "fn to run again on the first node", func(r leadRun) bool { return r.node == r1.node })
 	if r3.ep.Term <= r2.ep.Term || !r3.held {
