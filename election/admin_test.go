@@ -66,7 +66,7 @@ func TestAddVoterRemoveServer(t *testing.T) {
 	}
 	onLeader("AddVoter(n4)", func(nd *node) error { return nd.el.AddVoter(ctx, "n4", "n4") })
 	waitFor(t, "n4 to follow a leader", func() bool { return n4.el.Status().LeaderID != "" })
-	ld = onLeader("n4 in the leader's configuration", func(nd *node) error {
+	onLeader("n4 in the leader's configuration", func(nd *node) error {
 		if !hasServer(t, nd, "n4") {
 			return ErrNotLeader // not yet: look again
 		}

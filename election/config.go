@@ -66,8 +66,8 @@ type Config struct {
 	// HeartbeatTimeout is how long a follower goes without hearing from the
 	// leader before it starts an election. raft alone notices a dead leader
 	// between one and three of these after the last contact; an Election
-	// wakes raft at about one (see the package doc, "Failover timing"),
-	// which needs LeaderLeaseTimeout below HeartbeatTimeout. Zero means
+	// wakes raft at about one (docs/PERFORMANCE.md), which needs
+	// LeaderLeaseTimeout below HeartbeatTimeout. Zero means
 	// DefaultHeartbeatTimeout (1 s). At least MinTimeout; at least
 	// LeaderLeaseTimeout and at most ElectionTimeout.
 	HeartbeatTimeout time.Duration
@@ -80,9 +80,9 @@ type Config struct {
 	// LeaderLeaseTimeout is how long a leader keeps leading without hearing
 	// from a quorum; after that it steps down and its Epoch stops at once.
 	// Keep it comfortably above one fsync, since heartbeats wait behind
-	// disk writes on Raft's main goroutine (DESIGN.md I2). Zero means
-	// DefaultLeaderLeaseTimeout (500 ms). At least MinTimeout and at most
-	// HeartbeatTimeout.
+	// disk writes on Raft's main goroutine (invariant I2 in docs/DESIGN.md,
+	// transport.MainLoopOnly). Zero means DefaultLeaderLeaseTimeout
+	// (500 ms). At least MinTimeout and at most HeartbeatTimeout.
 	LeaderLeaseTimeout time.Duration
 
 	// Signer turns an epoch into a token for Token. Nil means epoch.Plain().

@@ -13,13 +13,15 @@
 // # Guarantees
 //
 //   - An epoch is handed out only by the node that won the election for
-//     that term (DESIGN.md I1). On every leadership signal (raft's NotifyCh,
-//     drained by a goroutine that never blocks raft) the node waits until an
-//     entry of its new term is committed (raft's own no-op; a Barrier if
-//     that takes longer than ElectionTimeout) and then does the triple read — CurrentTerm, State == Leader,
-//     CurrentTerm, both equal — before it publishes the term. The term is
-//     never read after the fact from LeaderCh, which would let a node that
-//     has just stepped down hand out the next leader's term.
+//     that term (invariant I1 in docs/DESIGN.md). On every leadership
+//     signal (raft's NotifyCh, drained by a goroutine that never blocks
+//     raft) the node waits until an entry of its new term is committed
+//     (raft's own no-op; a Barrier if that takes longer than
+//     ElectionTimeout) and then does the triple read — CurrentTerm,
+//     State == Leader, CurrentTerm, both equal — before it publishes the
+//     term. The term is never read after the fact from LeaderCh, which
+//     would let a node that has just stepped down hand out the next
+//     leader's term.
 //   - An epoch stops the moment its node steps down: every Epoch and Token
 //     call repeats the triple read (three atomic loads) and fails with
 //     ErrNotLeader unless the node is, at that instant, leader of the very
@@ -35,9 +37,10 @@
 //   - Lead never runs fn twice at once and never starts it with an epoch
 //     this node does not hold at that moment.
 //   - The triple read is sound because raft changes its term and state only
-//     on its main goroutine: New hands raft the transport with its heartbeat
-//     fast path switched off (hashicorp/raft#695, DESIGN.md I2), whatever
-//     Transport it is given — even a raw raft.NetworkTransport.
+//     on its main goroutine: New hands raft the transport through
+//     transport.MainLoopOnly, which switches the heartbeat fast path off
+//     (hashicorp/raft#695, invariant I2), whatever Transport it is given —
+//     even a raw raft.NetworkTransport.
 //   - Close ends every goroutine this package started and returns even if
 //     raft leaves a future unanswered at shutdown; the one goroutine that can
 //     then remain is a helper waiting on that abandoned future.
@@ -59,27 +62,12 @@
 //   - Cancelling the context of a call that wraps a raft future (Resign,
 //     TransferTo, AddVoter, RemoveServer) stops the wait, not the operation,
 //     which raft may still complete.
-//
-// # Failover timing
-//
-// raft alone notices a dead leader [HT, 3HT) after its last heartbeat (HT
-// is HeartbeatTimeout): its follower timer is re-armed when it fires, not
-// reset on contact. Each Election applies raft's own rule — no contact for
-// HT — on time instead, and wakes raft's follower loop through
-// ReloadConfig; the followers wake one after another, and a follower that
-// is asked for a pre-vote while its own leader is silent wakes at once, so
-// that one of them wins the first vote. A follower whose dial to a leader
-// silent for HT/4 is refused (the process died, the host is up) does not
-// wait for HT: it hands its own raft the TimeoutNow request of a leadership
-// transfer, so raft stands at once and the other followers grant its vote
-// although they still know the dead leader (see wake.go). All of this needs
-// LeaderLeaseTimeout below HeartbeatTimeout (raft accepts no lower
-// HeartbeatTimeout than LeaderLeaseTimeout); with the two equal raft's own
-// timing applies. The Election owns raft's HeartbeatTimeout: do not change
-// it through Raft().ReloadConfig. Waking early changes when raft holds an
-// election, never how, and so leaves every guarantee above as it is; it can
-// only cost an election if a live leader goes silent for HT, which raft's
-// own timer would also punish, a little later, or if something refuses
-// connections on a live leader's raft address (a firewall rejecting with a
-// TCP reset). Measured figures: docs/PERFORMANCE.md.
+//   - Failover time is a measurement (docs/PERFORMANCE.md), not a promise.
+//     With LeaderLeaseTimeout below HeartbeatTimeout each node wakes raft
+//     as soon as its leader has been silent for HeartbeatTimeout, or at once
+//     when the leader's port refuses connections; this changes when raft
+//     holds an election, never how. It can cost an election while the
+//     leader lives if something refuses connections on the leader's raft
+//     address. The Election owns raft's HeartbeatTimeout for this: do not
+//     change it through Raft().ReloadConfig.
 package election

@@ -4,36 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
-
-	"github.com/termfence/termfence/transport"
 )
 
-const (
-	// notifyBuffer is the capacity of the channel given to raft as
-	// Config.NotifyCh. raft sends on it from its main goroutine with a
-	// blocking send; the buffer and a drainer that never blocks keep raft
-	// from ever waiting on us.
-	notifyBuffer = 16
-	// logCacheSize is the number of recent log entries kept in memory in
-	// front of the bolt store.
-	logCacheSize = 512
-	// snapshotsRetained is the number of snapshots kept in DataDir.
-	snapshotsRetained = 2
-	// boltOpenTimeout bounds the wait for bbolt's file lock, so a second
-	// opener of a DataDir fails instead of hanging.
-	boltOpenTimeout = time.Second
-)
+// notifyBuffer is the capacity of the channel given to raft as
+// Config.NotifyCh. raft sends on it from its main goroutine with a blocking
+// send; the buffer and a drainer that never blocks keep raft from ever
+// waiting on us.
+const notifyBuffer = 16
 
 // Election is one node of a Raft election group whose leader holds its term
 // as a fencing epoch. It is safe for concurrent use. Create it with New and
@@ -41,25 +23,14 @@ const (
 type Election struct {
 	cfg       Config // with defaults applied
 	log       hclog.Logger
-	raft      *raft.Raft
-	bolt      *raftboltdb.BoltStore // nil when InMemory
-	logs      raft.LogStore         // the store raft appends to (confirm reads it)
-	localAddr string
+	*raftNode        // raft, its stores and its RPC inbox (raftnode.go)
+	waker     *waker // wakes raft early on a silent leader (wake.go)
 
 	notifyCh chan bool             // raft's Config.NotifyCh
 	won      atomic.Bool           // the latest value seen on notifyCh
 	workCh   chan struct{}         // 1-buffered poke for the confirm worker
 	watchCh  chan raft.Observation // 1-buffered poke for the watcher (also raft's observer channel)
 	observer *raft.Observer
-
-	// preVoteCh receives, without ever blocking raft, a poke for each
-	// pre-vote request raft is asked; the waker reads it (wake.go).
-	preVoteCh  chan raft.Observation
-	preVoteObs *raft.Observer
-
-	// rpcs is the channel raft consumes RPCs from: forward fills it from
-	// the transport, and the waker adds a request of its own (wake.go).
-	rpcs chan raft.RPC
 
 	// pubTerm is the term of the published (confirmed) epoch, 0 for none.
 	// Only the confirm worker writes it.
@@ -71,7 +42,7 @@ type Election struct {
 	closeOnce sync.Once
 	closeErr  error
 	stop      chan struct{}  // closed by Close after raft is shut down
-	wg        sync.WaitGroup // drain, work, watch, waker, forward
+	wg        sync.WaitGroup // forward, drain, work, watch
 }
 
 // New validates cfg, opens (or creates) the node's Raft state, bootstraps a
@@ -83,80 +54,27 @@ func New(cfg Config) (*Election, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	localAddr := string(c.Transport.LocalAddr())
-	for _, s := range c.Bootstrap {
-		if s.ID == c.ID && s.Addr != localAddr {
-			return nil, fmt.Errorf("%w: Bootstrap gives %s the address %s but its transport's address is %s",
-				ErrInvalidConfig, c.ID, s.Addr, localAddr)
-		}
-	}
-
 	e := &Election{
-		cfg:       c,
-		log:       c.Logger,
-		localAddr: localAddr,
-		notifyCh:  make(chan bool, notifyBuffer),
-		workCh:    make(chan struct{}, 1),
-		watchCh:   make(chan raft.Observation, 1),
-		preVoteCh: make(chan raft.Observation, 1),
-		rpcs:      make(chan raft.RPC),
-		stop:      make(chan struct{}),
+		cfg:      c,
+		log:      c.Logger,
+		notifyCh: make(chan bool, notifyBuffer),
+		workCh:   make(chan struct{}, 1),
+		watchCh:  make(chan raft.Observation, 1),
+		stop:     make(chan struct{}),
 	}
 	e.hub.init()
-
-	logs, stable, snaps, err := e.openStores()
+	n, err := openNode(c, e.notifyCh) // raftnode.go
 	if err != nil {
 		return nil, err
 	}
-	e.logs = logs
-	closeStores := func() {
-		if e.bolt != nil {
-			_ = e.bolt.Close()
-		}
-	}
+	e.raftNode = n
+	e.start()
+	return e, nil
+}
 
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(c.ID)
-	rc.HeartbeatTimeout = c.HeartbeatTimeout
-	rc.ElectionTimeout = c.ElectionTimeout
-	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
-	rc.NotifyCh = e.notifyCh
-	rc.Logger = c.Logger.Named("raft")
-	// A removed node keeps running as a non-voter instead of shutting raft
-	// down underneath this Election.
-	rc.ShutdownOnRemove = false
-	if err := raft.ValidateConfig(rc); err != nil {
-		closeStores()
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-
-	if len(c.Bootstrap) > 0 {
-		exists, err := raft.HasExistingState(logs, stable, snaps)
-		if err != nil {
-			closeStores()
-			return nil, fmt.Errorf("election: reading raft state: %w", err)
-		}
-		if !exists {
-			conf := raft.Configuration{Servers: make([]raft.Server, 0, len(c.Bootstrap))}
-			for _, s := range c.Bootstrap {
-				conf.Servers = append(conf.Servers, raft.Server{
-					Suffrage: raft.Voter, ID: raft.ServerID(s.ID), Address: raft.ServerAddress(s.Addr),
-				})
-			}
-			if err := raft.BootstrapCluster(rc, logs, stable, snaps, c.Transport, conf); err != nil {
-				closeStores()
-				return nil, fmt.Errorf("election: bootstrap: %w", err)
-			}
-		}
-	}
-
-	r, err := raft.NewRaft(rc, c.FSM, logs, stable, snaps, mainLoopOnly{Transport: c.Transport, rpcs: e.rpcs})
-	if err != nil {
-		closeStores()
-		return nil, fmt.Errorf("election: starting raft: %w", err)
-	}
-	e.raft = r
-
+// start watches raft and starts the goroutines that turn its signals into
+// epochs (epoch.go), Observe updates (observe.go) and early wakes (wake.go).
+func (e *Election) start() {
 	// Leader and state changes poke the watcher; the observer never blocks
 	// raft (a full channel already holds a poke).
 	e.observer = raft.NewObserver(e.watchCh, false, func(o *raft.Observation) bool {
@@ -166,67 +84,30 @@ func New(cfg Config) (*Election, error) {
 		}
 		return false
 	})
-	r.RegisterObserver(e.observer)
-	e.preVoteObs = raft.NewObserver(e.preVoteCh, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.RequestPreVoteRequest)
-		return ok
-	})
-	r.RegisterObserver(e.preVoteObs)
+	e.raft.RegisterObserver(e.observer)
 	e.hub.publish(e.leadership())
 
-	e.wg.Add(5)
-	go e.forward(c.Transport.Consumer())
+	e.wg.Add(4)
+	go func() {
+		defer e.wg.Done()
+		e.forward(e.cfg.Transport.Consumer(), e.stop)
+	}()
 	go e.drain()
 	go e.work()
 	go e.watch()
-	go e.waker()
+	e.waker = newWaker(e.raft, e.cfg, e.localAddr, e.inbox)
 	poke(e.workCh)
 	pokeWatch(e.watchCh)
-	return e, nil
-}
-
-// openStores opens the log store, stable store and snapshot store.
-func (e *Election) openStores() (raft.LogStore, raft.StableStore, raft.SnapshotStore, error) {
-	if e.cfg.InMemory {
-		s := raft.NewInmemStore()
-		return s, s, raft.NewInmemSnapshotStore(), nil
-	}
-	dir := e.cfg.DataDir
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, nil, fmt.Errorf("election: data dir: %w", err)
-	}
-	path := filepath.Join(dir, "raft.db")
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path:        path,
-		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout},
-		NoSync:      false, // terms and votes must survive a crash (DESIGN.md I3)
-	})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, nil, nil, fmt.Errorf("%w: %s is locked by another process or Election (waited %v): %w",
-			ErrDataDirLocked, path, boltOpenTimeout, err)
-	}
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("election: opening %s: %w", path, err)
-	}
-	logs, err := raft.NewLogCache(logCacheSize, store)
-	if err != nil {
-		_ = store.Close()
-		return nil, nil, nil, fmt.Errorf("election: log cache: %w", err)
-	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, e.log.Named("snapshot"))
-	if err != nil {
-		_ = store.Close()
-		return nil, nil, nil, fmt.Errorf("election: snapshot store: %w", err)
-	}
-	e.bolt = store
-	return logs, store, snaps, nil
 }
 
 // Raft returns the underlying Raft node, for what this package does not
 // wrap (Apply for an FSM, Stats, GetConfiguration). Leadership taken from it
 // directly (State, LeaderCh) carries no epoch; use Epoch for that. Shutting
 // it down makes this Election stop leading at once; Close is still needed
-// to release the rest (and then skips the handover).
+// to release the rest (and then skips the handover). The Election sets
+// raft's HeartbeatTimeout and ElectionTimeout itself while it runs (it
+// wakes raft early when a leader falls silent): do not change them through
+// ReloadConfig.
 func (e *Election) Raft() *raft.Raft { return e.raft }
 
 // Close stops this node. A leader first hands leadership to another voter,
@@ -251,14 +132,12 @@ func (e *Election) close() error {
 		errs = append(errs, fmt.Errorf("election: raft shutdown: %w", err))
 	}
 	e.raft.DeregisterObserver(e.observer)
-	e.raft.DeregisterObserver(e.preVoteObs)
+	e.waker.stop()
 	close(e.stop)
 	e.wg.Wait()
 	e.hub.close()
-	if e.bolt != nil {
-		if err := e.bolt.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("election: closing store: %w", err))
-		}
+	if err := e.closeStores(); err != nil {
+		errs = append(errs, fmt.Errorf("election: closing store: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -317,48 +196,6 @@ func (e *Election) wait(ctx context.Context, f raft.Future) error {
 		return ctx.Err()
 	case <-e.stop:
 		return ErrClosed
-	}
-}
-
-// mainLoopOnly hands raft the configured transport with its heartbeat fast
-// path switched off whatever the transport is, so that raft changes its term
-// and state only on its main goroutine, which the triple read relies on
-// (DESIGN.md I2, hashicorp/raft#695). The transports of package transport
-// already do this; a raw *raft.NetworkTransport, which also satisfies
-// transport.Transport, would not. Embedding keeps Close and RequestPreVote.
-//
-// Raft consumes rpcs instead of the transport's Consumer(): forward copies
-// the transport's RPCs into it, one at a time, and the waker can hand raft a
-// request of its own there (transferSelf).
-type mainLoopOnly struct {
-	transport.Transport
-	rpcs chan raft.RPC
-}
-
-// SetHeartbeatHandler ignores cb: heartbeats reach raft on Consumer().
-func (mainLoopOnly) SetHeartbeatHandler(func(raft.RPC)) {}
-
-// Consumer returns the channel raft reads every RPC from.
-func (m mainLoopOnly) Consumer() <-chan raft.RPC { return m.rpcs }
-
-var _ transport.Transport = mainLoopOnly{}
-
-// forward hands raft each RPC the transport receives. It holds at most one
-// RPC, so raft's back-pressure on the transport is unchanged; an RPC it
-// holds when Close stops it is answered by the transport's own shutdown.
-func (e *Election) forward(in <-chan raft.RPC) {
-	defer e.wg.Done()
-	for {
-		select {
-		case rpc := <-in:
-			select {
-			case e.rpcs <- rpc:
-			case <-e.stop:
-				return
-			}
-		case <-e.stop:
-			return
-		}
 	}
 }
 

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
 )
 
@@ -87,87 +86,103 @@ func TestRestartAllTermsGrow(t *testing.T) {
 	}
 }
 
+// TestTransferTo hands leadership to each of the two followers in turn
+// (raft's own choice, the most up-to-date follower, can match only one).
 func TestTransferTo(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	ld, ep := c.leader()
-	var target *node
-	for _, nd := range c.nodes {
-		if nd != ld {
-			target = nd
-			break
-		}
+	for pick := range 2 {
+		c.quietly(fmt.Sprintf("TransferTo follower %d", pick), func() error {
+			ld, ep := c.leader()
+			var followers []*node
+			for _, nd := range c.nodes {
+				if nd != ld {
+					followers = append(followers, nd)
+				}
+			}
+			return transferTo(ctx, c, ld, ep, followers[pick])
+		})
 	}
+}
+
+// transferTo checks TransferTo from ld (leading at ep) to target, and its
+// errors.
+func transferTo(ctx context.Context, c *cluster, ld *node, ep epoch.Epoch, target *node) error {
 	if err := ld.el.TransferTo(ctx, target.id); err != nil {
-		t.Fatalf("TransferTo(%s): %v", target.id, err)
+		return fmt.Errorf("TransferTo(%s): %w", target.id, err)
 	}
 	if stateOf(ld) == raft.Leader {
-		t.Fatalf("TransferTo returned while %s still leads", ld.id)
+		return fmt.Errorf("TransferTo returned while %s still leads", ld.id)
 	}
 	nw, nep := c.leader()
 	if nw != target || nep.Term != ep.Term+1 {
-		t.Fatalf("after TransferTo(%s) from %v: %s leads with %v, want %s with term %d", target.id, ep, nw.id, nep, target.id, ep.Term+1)
+		return fmt.Errorf("after TransferTo(%s) from %v: %s leads with %v, want %s with term %d",
+			target.id, ep, nw.id, nep, target.id, ep.Term+1)
 	}
 
 	// Errors: not leader, unknown target, self.
 	err := ld.el.TransferTo(ctx, target.id)
 	var nl *NotLeaderError
 	if !errors.As(err, &nl) || !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("TransferTo on a follower: %v, want *NotLeaderError", err)
+		return fmt.Errorf("TransferTo on a follower: %v, want *NotLeaderError", err)
 	}
 	if err := nw.el.TransferTo(ctx, "nobody"); !errors.Is(err, ErrUnknownServer) {
-		t.Fatalf("TransferTo(nobody): %v, want ErrUnknownServer", err)
+		return fmt.Errorf("TransferTo(nobody): %v, want ErrUnknownServer", err)
 	}
 	if err := nw.el.TransferTo(ctx, nw.id); !errors.Is(err, ErrUnknownServer) {
-		t.Fatalf("TransferTo(self): %v, want ErrUnknownServer", err)
+		return fmt.Errorf("TransferTo(self): %v, want ErrUnknownServer", err)
 	}
+	return nil
 }
 
 func TestResign(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
-	ld, ep := c.leader()
-	if err := ld.el.Resign(ctx); err != nil {
-		t.Fatalf("Resign: %v", err)
-	}
-	if _, err := ld.el.Epoch(); !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("Epoch after Resign: %v, want ErrNotLeader", err)
-	}
-	nw, nep := c.leaderAbove(ep.Term, ld)
-	if nep.Term != ep.Term+1 {
-		t.Fatalf("after Resign at %v, %s leads with %v; want term %d", ep, nw.id, nep, ep.Term+1)
-	}
-	// Resign on a follower is a no-op.
-	if err := ld.el.Resign(ctx); err != nil {
-		t.Fatalf("Resign on a follower: %v", err)
-	}
+	c.quietly("Resign", func() error {
+		ld, ep := c.leader()
+		if err := ld.el.Resign(ctx); err != nil {
+			return fmt.Errorf("Resign: %w", err)
+		}
+		if _, err := ld.el.Epoch(); !errors.Is(err, ErrNotLeader) {
+			return fmt.Errorf("Epoch after Resign: %v, want ErrNotLeader", err)
+		}
+		nw, nep := c.leaderAbove(ep.Term, ld)
+		if nep.Term != ep.Term+1 {
+			return fmt.Errorf("after Resign at %v, %s leads with %v; want term %d", ep, nw.id, nep, ep.Term+1)
+		}
+		// Resign on a follower is a no-op.
+		if err := ld.el.Resign(ctx); err != nil {
+			return fmt.Errorf("Resign on a follower: %w", err)
+		}
+		return nil
+	})
 }
 
 // TestStepDownBeforePublish is I1's core race: a node that raft makes
-// leader but that steps down before its Barrier commits must never publish
-// that term. Every RPC is delayed by stepDelay, and each node is cut off the
-// instant its own Observe stream says raft made it leader; a partition is
-// checked again after the delay, so the Barrier of such a node can never
-// commit. The test fails if any of these terms is ever handed out — by
-// Epoch() (polled every millisecond) or in an Observe stream — and the
-// checker fails it if any node hands out a term it did not win or that
-// another node holds.
+// leader but that steps down before an entry of its term commits must never
+// publish that term. Each node is cut off the moment it sends its first
+// AppendEntries as leader of a newer term (tripAbove) — before any follower
+// can accept an entry of that term — so such a node can never commit. The
+// test fails if any of these terms is ever handed out — by Epoch() (polled
+// every millisecond) or in an Observe stream — and the checker fails it if
+// any node hands out a term it did not win or that another node holds.
+//
+// The cut is made in the transport, on raft's own replication path, not by
+// a goroutine reacting to Observe: under load such a goroutine can run after
+// the new leader's first entry has committed, and the test then failed a
+// correct node.
 func TestStepDownBeforePublish(t *testing.T) {
-	const stepDelay = 10 * time.Millisecond
 	c := newCluster(t, 3)
-	for _, nd := range c.nodes {
-		nd.net.Delay(stepDelay)
-	}
 	for round := range 3 {
 		ld, ep := c.leader()
-		victims := c.isolateOnWin(ep.Term)
+		c.tripAbove(ep.Term)
 		ld.net.Isolate()
 		var got map[string]uint64
-		waitFor(t, "the next raft leader to be isolated right after its win", func() bool {
-			got = victims.isolated()
+		waitFor(t, "the next raft leader to be cut off at its first AppendEntries", func() bool {
+			got = c.tripped()
 			return len(got) > 0
 		})
-		victims.stop()
+		c.tripAbove(0)
 		for _, nd := range c.nodes {
 			waitFor(t, nd.id+" to step down", func() bool { return stateOf(nd) != raft.Leader })
 			if e, err := nd.el.Epoch(); err == nil {
@@ -176,62 +191,15 @@ func TestStepDownBeforePublish(t *testing.T) {
 		}
 		for id, term := range got {
 			if h := c.check.holderOf(term); h != "" {
-				t.Errorf("%s was cut off right after winning term %d, yet %s handed out an epoch of that term", id, term, h)
+				t.Errorf("%s was cut off before its first AppendEntries of term %d, yet %s handed out an epoch of that term", id, term, h)
 			}
 		}
-		t.Logf("round %d: isolated leader %s at %v; then cut off %v right after they won", round, ld.id, ep, got)
+		t.Logf("round %d: isolated leader %s at %v; then cut off %v at their first AppendEntries", round, ld.id, ep, got)
 		for _, nd := range c.nodes {
 			nd.net.Heal()
 		}
 	}
 	c.leader()
-}
-
-// isolator cuts a node off the moment its Observe stream reports that raft
-// made it leader of a term above some term.
-type isolator struct {
-	mu     sync.Mutex
-	got    map[string]uint64
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-func (c *cluster) isolateOnWin(above uint64) *isolator {
-	ctx, cancel := context.WithCancel(context.Background())
-	iso := &isolator{got: make(map[string]uint64), cancel: cancel}
-	for _, nd := range c.nodes {
-		updates := nd.el.Observe(ctx)
-		iso.wg.Add(1)
-		go func() {
-			defer iso.wg.Done()
-			for l := range updates {
-				if l.Self && l.Term > above {
-					nd.net.Isolate()
-					iso.mu.Lock()
-					if _, ok := iso.got[nd.id]; !ok {
-						iso.got[nd.id] = l.Term
-					}
-					iso.mu.Unlock()
-				}
-			}
-		}()
-	}
-	return iso
-}
-
-func (iso *isolator) isolated() map[string]uint64 {
-	iso.mu.Lock()
-	defer iso.mu.Unlock()
-	out := make(map[string]uint64, len(iso.got))
-	for k, v := range iso.got {
-		out[k] = v
-	}
-	return out
-}
-
-func (iso *isolator) stop() {
-	iso.cancel()
-	iso.wg.Wait()
 }
 
 // TestCrashLeader: the leader's raft and transport stop with no handover;

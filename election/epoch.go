@@ -11,11 +11,11 @@ import (
 
 // Epoch returns this node's fencing epoch {Cluster, Term, ID} if, at the
 // moment of the call, this node is Raft leader of the term it won and has
-// confirmed (DESIGN.md I1). Each call repeats the triple read — CurrentTerm,
-// State == Leader, CurrentTerm again, both terms equal to the confirmed one
-// — so it fails the moment this node steps down, even before the step-down
-// is reported anywhere else. The error is a *NotLeaderError (matching
-// ErrNotLeader), or ErrClosed.
+// confirmed (invariant I1 in docs/DESIGN.md). Each call repeats the triple
+// read — CurrentTerm, State == Leader, CurrentTerm again, both terms equal
+// to the confirmed one — so it fails the moment this node steps down, even
+// before the step-down is reported anywhere else. The error is a
+// *NotLeaderError (matching ErrNotLeader), or ErrClosed.
 //
 // A successful result is a statement about the instant of the call: the
 // node may be deposed right after it. Present the epoch to a fence, which is
@@ -39,10 +39,11 @@ func (e *Election) held() (uint64, bool) {
 
 // tripleRead returns the current term and whether this node was Leader in
 // that very term. raft changes its term only while not Leader and only from
-// its main goroutine (with the transports of package transport, DESIGN.md
-// I2), and enters Leader only in a term it won; so if the term is the same
-// before and after a read of State == Leader, the node was leader of that
-// term at the moment State was read.
+// its main goroutine (New gives raft its transport through
+// transport.MainLoopOnly: invariant I2 in docs/DESIGN.md), and enters
+// Leader only in a term it won; so if the term is the same before and after
+// a read of State == Leader, the node was leader of that term at the moment
+// State was read.
 func (e *Election) tripleRead() (uint64, bool) {
 	t1 := e.raft.CurrentTerm()
 	leader := e.raft.State() == raft.Leader

@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +54,11 @@ type cluster struct {
 	tb    testing.TB
 	nodes []*node
 	check *checker
+
+	// trip: see tripAbove.
+	tripTerm atomic.Uint64 // 0: disarmed
+	tripMu   sync.Mutex
+	tripGot  map[string]uint64 // node -> the term it was cut off in
 }
 
 type node struct {
@@ -140,7 +148,9 @@ func (c *cluster) start(nd *node) {
 		}
 	}
 	nd.net = transport.NewFaulty(nd.mem)
-	el, err := New(c.config(nd))
+	cfg := c.config(nd)
+	cfg.Transport = tripwire{Faulty: nd.net, c: c, id: nd.id}
+	el, err := New(cfg)
 	if err != nil {
 		_ = nd.net.Close()
 		c.tb.Fatalf("New(%s): %v", nd.id, err)
@@ -221,6 +231,85 @@ func (c *cluster) crash(nd *node) {
 	nd.up = false
 }
 
+// epochOf returns nd's Epoch() and, when it succeeds, hands it to the
+// checker. Every epoch a test waits for is checked here, on the test's own
+// goroutine, before the test can act on it: the background pollers of
+// start may not have run yet when a short test ends (TestWakeOrder did, and
+// its checker then saw no epoch at all).
+func (c *cluster) epochOf(nd *node) (epoch.Epoch, error) {
+	ep, err := nd.el.Epoch()
+	if err == nil {
+		c.check.epoch("wait", nd.id, ep)
+	}
+	return ep, err
+}
+
+// quietly runs scenario until it returns nil, for a scenario whose outcome
+// holds only if raft starts no election on its own meanwhile (a transfer's
+// target wins the very next term, say). On a loaded machine raft may do just
+// that, from a timeout (see disturbances). If scenario fails and raft logged
+// a disturbance during it, or within 2*ElectionTimeout before it (an
+// election already under way when it started), the attempt proved nothing
+// and is repeated, until waitLong. A failure in a quiet cluster fails the
+// test at once.
+func (c *cluster) quietly(what string, scenario func() error) {
+	c.tb.Helper()
+	deadline := time.Now().Add(waitLong)
+	for {
+		start := time.Now()
+		err := scenario()
+		if err == nil {
+			return
+		}
+		if !c.check.disturbedSince(start.Add(-2 * testET)) {
+			c.tb.Fatalf("%s: %v", what, err)
+		}
+		if time.Now().After(deadline) {
+			c.tb.Fatalf("%s: raft kept starting elections on its own for %v; last attempt: %v", what, waitLong, err)
+		}
+		c.tb.Logf("%s: raft started an election on its own meanwhile; again (%v)", what, err)
+	}
+}
+
+// tripAbove arms (term > 0) or disarms (0) the cluster's tripwire: armed,
+// every node that sends an AppendEntries of a term above term — which only
+// a leader of that term does, first to replicate the no-op that would
+// commit its term — is isolated before that RPC leaves, and recorded.
+func (c *cluster) tripAbove(term uint64) {
+	c.tripMu.Lock()
+	defer c.tripMu.Unlock()
+	c.tripTerm.Store(term)
+	c.tripGot = make(map[string]uint64)
+}
+
+// tripped returns the nodes the tripwire cut off since it was armed, each
+// with the term of its first AppendEntries.
+func (c *cluster) tripped() map[string]uint64 {
+	c.tripMu.Lock()
+	defer c.tripMu.Unlock()
+	return maps.Clone(c.tripGot)
+}
+
+// tripwire is a node's transport as raft sees it in the cluster tests: its
+// Faulty, with AppendEntries watched for tripAbove.
+type tripwire struct {
+	*transport.Faulty
+	c  *cluster
+	id string
+}
+
+func (w tripwire) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if above := w.c.tripTerm.Load(); above != 0 && args.Term > above {
+		w.Isolate() // before the Faulty looks at this RPC: it fails
+		w.c.tripMu.Lock()
+		if _, ok := w.c.tripGot[w.id]; !ok && w.c.tripTerm.Load() == above {
+			w.c.tripGot[w.id] = args.Term
+		}
+		w.c.tripMu.Unlock()
+	}
+	return w.Faulty.AppendEntries(id, target, args, resp)
+}
+
 // leader waits until exactly one running node holds an epoch and returns it.
 func (c *cluster) leader() (*node, epoch.Epoch) {
 	c.tb.Helper()
@@ -232,7 +321,7 @@ func (c *cluster) leader() (*node, epoch.Epoch) {
 			if !nd.up {
 				continue
 			}
-			if e, err := nd.el.Epoch(); err == nil {
+			if e, err := c.epochOf(nd); err == nil {
 				if ld != nil {
 					return false
 				}
@@ -255,7 +344,7 @@ func (c *cluster) leaderAbove(term uint64, except *node) (*node, epoch.Epoch) {
 			if nd == except || !nd.up {
 				continue
 			}
-			if e, err := nd.el.Epoch(); err == nil && e.Term > term {
+			if e, err := c.epochOf(nd); err == nil && e.Term > term {
 				ld, ep = nd, e
 				return true
 			}
@@ -286,6 +375,7 @@ type checker struct {
 	lastTerm  map[string]uint64          // node -> last Leadership.Term
 	maxTerm   uint64                     // highest epoch term seen
 	epochs    int                        // epoch sightings
+	unrest    []time.Time                // when raft logged a disturbance
 	errs      []string
 	tail      []string // the last log lines of every node, for a failing test
 }
@@ -360,6 +450,20 @@ func (c *checker) leadership(node string, l Leadership) {
 		c.fail("observe: %s reported %+v: an epoch without being the leader of its term", node, l)
 	}
 	c.epochLocked("observe", node, l.Epoch, true)
+}
+
+// disturbed records that raft logged one of disturbances.
+func (c *checker) disturbed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unrest = append(c.unrest, time.Now())
+}
+
+// disturbedSince reports whether raft logged a disturbance at or after t.
+func (c *checker) disturbedSince(t time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.unrest) > 0 && !c.unrest[len(c.unrest)-1].Before(t)
 }
 
 // holderOf returns the node seen holding an epoch of term, or "".
@@ -442,18 +546,46 @@ func (w *wonWriter) Write(p []byte) (int, error) {
 	_, _ = w.echo.Write(p)
 	w.c.record(p)
 	for _, line := range bytes.Split(p, []byte("\n")) {
-		if !bytes.Contains(line, []byte(`"election won"`)) {
+		if !bytes.Contains(line, []byte(`"election won"`)) && !containsAny(line, disturbances) {
 			continue
 		}
 		var rec struct {
 			Msg  string `json:"@message"`
 			Term uint64 `json:"term"`
 		}
-		if err := json.Unmarshal(line, &rec); err == nil && rec.Msg == "election won" {
+		if err := json.Unmarshal(line, &rec); err != nil {
+			continue
+		}
+		switch {
+		case rec.Msg == "election won":
 			w.c.elected(w.node, rec.Term)
+		case slices.Contains(disturbances, rec.Msg):
+			w.c.disturbed()
 		}
 	}
 	return len(p), nil
+}
+
+// disturbances are raft's log messages for an election raft starts on its
+// own, from a timeout: a leader that has not heard from a quorum for
+// LeaderLeaseTimeout, a follower that has not heard from a leader for
+// HeartbeatTimeout (also when the waker wakes it), a candidate whose
+// election took ElectionTimeout. In a quiet cluster none is logged; on a
+// loaded machine, where a goroutine can wait tens of milliseconds for a
+// core, any may be.
+var disturbances = []string{
+	"failed to contact quorum of nodes, stepping down",
+	"heartbeat timeout reached, starting election",
+	"Election timeout reached, restarting election",
+}
+
+func containsAny(line []byte, msgs []string) bool {
+	for _, m := range msgs {
+		if bytes.Contains(line, []byte(m)) {
+			return true
+		}
+	}
+	return false
 }
 
 // stateOf is a shorthand for a node's raft state.

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/termfence/termfence/epoch"
@@ -125,28 +127,71 @@ func TestSingleNodeResignFails(t *testing.T) {
 	}
 }
 
-// hbRecorder records whether raft installed a heartbeat handler.
+// hbRecorder records whether raft installed a heartbeat handler on it.
 type hbRecorder struct {
 	transport.Transport
-	installed bool
+	installed atomic.Bool
 }
 
-func (h *hbRecorder) SetHeartbeatHandler(func(raft.RPC)) { h.installed = true }
+func (h *hbRecorder) SetHeartbeatHandler(func(raft.RPC)) { h.installed.Store(true) }
 
-// TestNoHeartbeatFastPath: whatever transport the caller passes (a raw
-// raft.NetworkTransport satisfies transport.Transport too), raft never gets
-// to install its heartbeat fast path (DESIGN.md I2).
+// TestNoHeartbeatFastPath: whatever transport the caller passes — a raw
+// raft.NetworkTransport, which has the fast path and satisfies
+// transport.Transport too, or one of package transport's — raft never gets
+// to install its heartbeat fast path on it (invariant I2 in
+// docs/DESIGN.md): New hands raft the transport through
+// transport.MainLoopOnly. The control shows raft does install a handler on
+// a transport it is given directly.
 func TestNoHeartbeatFastPath(t *testing.T) {
-	rec := &hbRecorder{Transport: transport.NewInmem("solo")}
-	el, err := New(Config{ID: "solo", Cluster: testCluster, InMemory: true, Transport: rec,
-		Bootstrap: []Server{{"solo", "solo"}}, Logger: newChecker(testCluster).logger("solo")})
-	if err != nil {
-		t.Fatal(err)
+	rawNT := func(t *testing.T) transport.Transport {
+		nt, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 1, time.Second, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nt
 	}
-	defer el.Close()
-	if rec.installed {
-		t.Fatal("raft installed a heartbeat handler on the transport")
+	for _, tc := range []struct {
+		name  string
+		inner func(t *testing.T) transport.Transport
+	}{
+		{"raw NetworkTransport", rawNT},
+		{"NewInmem", func(*testing.T) transport.Transport { return transport.NewInmem("solo") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &hbRecorder{Transport: tc.inner(t)}
+			addr := string(rec.LocalAddr())
+			el, err := New(Config{ID: "solo", Cluster: testCluster, InMemory: true, Transport: rec,
+				Bootstrap: []Server{{"solo", addr}}, Logger: newChecker(testCluster).logger("solo"),
+				HeartbeatTimeout: testHT, ElectionTimeout: testET, LeaderLeaseTimeout: testLLT})
+			if err != nil {
+				_ = rec.Close()
+				t.Fatal(err)
+			}
+			defer el.Close()
+			if rec.installed.Load() {
+				t.Fatal("raft installed a heartbeat handler on the transport")
+			}
+			waitEpoch(t, el) // and the node still elects itself
+		})
 	}
+	t.Run("control: raft.NewRaft installs one", func(t *testing.T) {
+		rec := &hbRecorder{Transport: rawNT(t)}
+		rc := raft.DefaultConfig()
+		rc.LocalID = "solo"
+		rc.Logger = hclog.NewNullLogger()
+		store := raft.NewInmemStore()
+		r, err := raft.NewRaft(rc, nopFSM{}, store, store, raft.NewInmemSnapshotStore(), rec)
+		if err != nil {
+			_ = rec.Close()
+			t.Fatal(err)
+		}
+		if err := r.Shutdown().Error(); err != nil {
+			t.Fatal(err)
+		}
+		if !rec.installed.Load() {
+			t.Fatal("raft.NewRaft did not call SetHeartbeatHandler: the test above proves nothing")
+		}
+	})
 }
 
 func TestLeadNilFn(t *testing.T) {

@@ -8,10 +8,40 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
-// Waking raft early.
+// waker makes a follower notice a silent leader on time, so that the
+// cluster fails over in about one HeartbeatTimeout instead of up to three.
+// One waker runs per Election, from New until Close; it owns its own state
+// and reaches raft only through raft's public API and, for transferSelf,
+// the channel raft reads its RPCs from.
+//
+// # Failover timing
+//
+// raft alone notices a dead leader [HT, 3HT) after its last heartbeat (HT
+// is HeartbeatTimeout): its follower timer is re-armed when it fires, not
+// reset on contact. The waker applies raft's own rule — no contact for HT —
+// on time instead, and wakes raft's follower loop through ReloadConfig; the
+// followers wake one after another, and a follower that is asked for a
+// pre-vote while its own leader is silent wakes at once, so that one of
+// them wins the first vote. A follower whose dial to a leader silent for
+// HT/4 is refused (the process died, the host is up) does not wait for HT:
+// it hands its own raft the TimeoutNow request of a leadership transfer, so
+// raft stands at once and the other followers grant its vote although they
+// still know the dead leader. All of this needs LeaderLeaseTimeout below
+// HeartbeatTimeout (raft accepts no lower HeartbeatTimeout than
+// LeaderLeaseTimeout); with the two equal raft's own timing applies. The
+// Election owns raft's HeartbeatTimeout: do not change it through
+// Raft().ReloadConfig. Waking early changes when raft holds an election,
+// never how, and so leaves every guarantee of the package as it is; it can
+// only cost an election if a live leader goes silent for HT, which raft's
+// own timer would also punish, a little later, or if something refuses
+// connections on a live leader's raft address (a firewall rejecting with a
+// TCP reset). Measured figures: docs/PERFORMANCE.md.
+//
+// # Waking raft early
 //
 // hashicorp/raft's follower re-arms its heartbeat timer with a random
 // [HT, 2HT) each time it fires and only then compares the last contact with
@@ -32,7 +62,7 @@ import (
 // ElectionTimeout. So:
 //
 //   - The followers other than the old leader wake in the order of their
-//     IDs, wakeSpread apart: more than the spread of their last contacts
+//     IDs, spread() apart: more than the spread of their last contacts
 //     (raft's leader heartbeats each follower on its own random [HT/10,
 //     HT/5) timer), so two of them never wake together. The first wakes at
 //     HeartbeatTimeout after its last contact.
@@ -60,7 +90,8 @@ import (
 // are not host:port (the in-memory transport) are never probed.
 //
 // None of this touches safety: raft runs its own election, in a term it
-// increments on its main goroutine, and I1-I3 are untouched. It can only
+// increments on its main goroutine, and invariants I1-I3 of docs/DESIGN.md
+// are untouched. It can only
 // cost availability, by starting an election while the leader is alive
 // (the transfer request: while something refuses connections on the
 // leader's raft address, such as a firewall rejecting with a TCP reset).
@@ -69,8 +100,66 @@ import (
 // refuse, and the leader's next heartbeat makes it a follower again); a
 // follower woken by a peer's pre-vote must itself have missed the leader for
 // LeaderLeaseTimeout. The failover command's -healthy mode measures it.
+type waker struct {
+	raft *raft.Raft
+	log  hclog.Logger
+	id   string // this node's server ID
+	addr string // this node's raft address (its own TimeoutNow names it)
+	// ht, et and llt are the configured HeartbeatTimeout, ElectionTimeout
+	// and LeaderLeaseTimeout; raft runs with others while the waker acts.
+	ht, et, llt time.Duration
+	// inbox is the channel raft consumes RPCs from: transferSelf hands raft
+	// a request there.
+	inbox chan<- raft.RPC
 
-// wakeState is owned by the waker goroutine.
+	// preVoteCh receives, without ever blocking raft, a poke for each
+	// pre-vote request raft is asked (preVoteObs reports them).
+	preVoteCh  chan raft.Observation
+	preVoteObs *raft.Observer
+
+	quit chan struct{} // closed by stop
+	done chan struct{} // closed when run returns
+
+	// Owned by the run goroutine.
+	st  wakeState
+	ord wakeOrder
+}
+
+// newWaker registers the waker's pre-vote observer with r and starts its
+// goroutine. c is the Election's Config with defaults applied.
+func newWaker(r *raft.Raft, c Config, addr string, inbox chan<- raft.RPC) *waker {
+	w := &waker{
+		raft:      r,
+		log:       c.Logger,
+		id:        c.ID,
+		addr:      addr,
+		ht:        c.HeartbeatTimeout,
+		et:        c.ElectionTimeout,
+		llt:       c.LeaderLeaseTimeout,
+		inbox:     inbox,
+		preVoteCh: make(chan raft.Observation, 1),
+		quit:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	w.preVoteObs = raft.NewObserver(w.preVoteCh, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.RequestPreVoteRequest)
+		return ok
+	})
+	r.RegisterObserver(w.preVoteObs)
+	go w.run()
+	return w
+}
+
+// stop deregisters the observer and ends the goroutine, cutting short a
+// dial or a wait in progress. Call it once.
+func (w *waker) stop() {
+	w.raft.DeregisterObserver(w.preVoteObs)
+	close(w.quit)
+	<-w.done
+}
+
+// wakeState is what the waker knows about the current silence of its
+// leader: one episode per LastContact.
 type wakeState struct {
 	contact  time.Time // the LastContact this episode is about
 	leaderID raft.ServerID
@@ -82,56 +171,54 @@ type wakeState struct {
 	woke     bool
 }
 
-// wakeSpread is the delay between consecutive followers' own wakes: above
-// the spread of their last contacts (HT/5).
-func (e *Election) wakeSpread() time.Duration {
-	return max(e.cfg.HeartbeatTimeout/4, 2*time.Millisecond)
+// spread is the delay between consecutive followers' own wakes: above the
+// spread of their last contacts (HT/5).
+func (w *waker) spread() time.Duration {
+	return max(w.ht/4, 2*time.Millisecond)
 }
 
 // transferGap staggers the followers' transfer requests after a refused
 // dial. Each follower counts from its own last contact, and those differ by
-// up to HT/5 (wakeSpread covers that); on top, the first needs time to win
+// up to HT/5 (spread covers that); on top, the first needs time to win
 // (fsyncs of term and vote on both sides, two one-way delays) and be heard
 // from.
-func (e *Election) transferGap() time.Duration {
-	return e.wakeSpread() + max(e.cfg.HeartbeatTimeout/10, 5*time.Millisecond)
+func (w *waker) transferGap() time.Duration {
+	return w.spread() + max(w.ht/10, 5*time.Millisecond)
 }
 
 // preVoteGap staggers the followers woken by a pre-vote in clusters of five
 // or more, so that they do not all ask at once.
-func (e *Election) preVoteGap() time.Duration {
-	return max(e.cfg.HeartbeatTimeout/50, 2*time.Millisecond)
+func (w *waker) preVoteGap() time.Duration {
+	return max(w.ht/50, 2*time.Millisecond)
 }
 
 // lowHeartbeat is the HeartbeatTimeout the waker lowers raft's to: the
 // lowest raft accepts. ok is false if it is not lower than the configured
 // one (LeaderLeaseTimeout == HeartbeatTimeout), in which case raft cannot be
 // woken early.
-func (e *Election) lowHeartbeat() (time.Duration, bool) {
-	low := max(e.cfg.LeaderLeaseTimeout, MinTimeout)
-	return low, low < e.cfg.HeartbeatTimeout
+func (w *waker) lowHeartbeat() (time.Duration, bool) {
+	low := max(w.llt, MinTimeout)
+	return low, low < w.ht
 }
 
-// waker runs wakeStep until Close, after each timer and each pre-vote
-// request raft reports.
-func (e *Election) waker() {
-	defer e.wg.Done()
-	if _, ok := e.lowHeartbeat(); !ok {
+// run calls step until stop, after each timer and each pre-vote request
+// raft reports.
+func (w *waker) run() {
+	defer close(w.done)
+	if _, ok := w.lowHeartbeat(); !ok {
 		return
 	}
-	var st wakeState
-	var ord wakeOrder
-	t := time.NewTimer(e.cfg.HeartbeatTimeout)
+	t := time.NewTimer(w.ht)
 	defer t.Stop()
 	for {
 		select {
-		case <-e.stop:
+		case <-w.quit:
 			return
 		case <-t.C:
-		case <-e.preVoteCh:
-			if st.peer.IsZero() {
-				st.peer = time.Now()
-				e.log.Debug("wake: pre-vote request seen", "since-last-contact", time.Since(e.raft.LastContact()))
+		case <-w.preVoteCh:
+			if w.st.peer.IsZero() {
+				w.st.peer = time.Now()
+				w.log.Debug("wake: pre-vote request seen", "since-last-contact", time.Since(w.raft.LastContact()))
 			}
 			if !t.Stop() {
 				select {
@@ -140,27 +227,28 @@ func (e *Election) waker() {
 				}
 			}
 		}
-		t.Reset(e.wakeStep(&st, &ord))
+		t.Reset(w.step())
 	}
 }
 
-// wakeStep looks at raft once, wakes it if its leader has been silent long
+// step looks at raft once, wakes it if its leader has been silent long
 // enough, and returns when to look again.
-func (e *Election) wakeStep(st *wakeState, ord *wakeOrder) time.Duration {
-	ht := e.cfg.HeartbeatTimeout
-	switch e.raft.State() {
+func (w *waker) step() time.Duration {
+	st, ord := &w.st, &w.ord
+	ht := w.ht
+	switch w.raft.State() {
 	case raft.Follower:
 	case raft.Leader:
 		*st, *ord = wakeState{}, wakeOrder{}
-		e.setRaftHeartbeat(ht) // a leader heartbeats every HT/10..HT/5
+		w.setRaftHeartbeat(ht) // a leader heartbeats every HT/10..HT/5
 		return ht / 4
 	default:
 		*st = wakeState{}
 		return ht / 4
 	}
-	lc := e.raft.LastContact()
-	leaderAddr, leaderID := e.raft.LeaderWithID()
-	if lc.IsZero() || (leaderID == "" && st.contact.IsZero()) || leaderID == raft.ServerID(e.cfg.ID) {
+	lc := w.raft.LastContact()
+	leaderAddr, leaderID := w.raft.LeaderWithID()
+	if lc.IsZero() || (leaderID == "" && st.contact.IsZero()) || leaderID == raft.ServerID(w.id) {
 		st.peer = time.Time{}
 		return ht / 4 // no leader heard of yet (raft's own timer handles a fresh start)
 	}
@@ -168,9 +256,9 @@ func (e *Election) wakeStep(st *wakeState, ord *wakeOrder) time.Duration {
 		// A new leader: find this node's place and let raft's own timer
 		// keep to it (see wakeOrder).
 		ord.leader = leaderID
-		ord.rank, ord.winner = e.wakeRank(leaderID)
-		ord.heartbeat = ht + time.Duration(ord.rank)*e.wakeSpread()
-		e.setRaftHeartbeat(ord.heartbeat)
+		ord.rank, ord.winner = w.rank(leaderID)
+		ord.heartbeat = ht + time.Duration(ord.rank)*w.spread()
+		w.setRaftHeartbeat(ord.heartbeat)
 	}
 	if !lc.Equal(st.contact) {
 		peer := st.peer
@@ -190,33 +278,33 @@ func (e *Election) wakeStep(st *wakeState, ord *wakeOrder) time.Duration {
 	if !st.probed {
 		st.probed = true
 		if since >= probeAt {
-			st.refused = e.refused(string(leaderAddr))
+			st.refused = w.refused(string(leaderAddr))
 		}
 		st.rank, st.winner = ord.rank, ord.winner
 		if st.leaderID != ord.leader {
-			st.rank, st.winner = e.wakeRank(st.leaderID)
+			st.rank, st.winner = w.rank(st.leaderID)
 		}
 	}
 	if st.refused {
-		at := probeAt + time.Duration(st.rank)*e.transferGap()
+		at := probeAt + time.Duration(st.rank)*w.transferGap()
 		if since < at {
 			return at - since
 		}
 		st.woke = true
-		e.transferSelf(lc)
+		w.transferSelf(lc)
 		return ht / 4
 	}
-	floor := e.cfg.LeaderLeaseTimeout
-	at := ht + time.Duration(st.rank)*e.wakeSpread()
+	floor := w.llt
+	at := ht + time.Duration(st.rank)*w.spread()
 	if !st.peer.IsZero() {
-		gap := time.Duration(max(st.rank-st.winner, 0)) * e.preVoteGap()
+		gap := time.Duration(max(st.rank-st.winner, 0)) * w.preVoteGap()
 		at = min(at, max(st.peer.Sub(lc), floor)+gap)
 	}
 	if since < at {
 		return at - since
 	}
 	st.woke = true
-	e.wakeRaft(lc, max(ord.heartbeat, ht))
+	w.wakeRaft(lc, max(ord.heartbeat, ht))
 	return ht / 4
 }
 
@@ -225,22 +313,22 @@ func (e *Election) wakeStep(st *wakeState, ord *wakeOrder) time.Duration {
 // raft becomes a candidate at once and its vote requests are marked as a
 // transfer. It does nothing unless raft is still a follower that has heard
 // nothing since lc.
-func (e *Election) transferSelf(lc time.Time) {
-	if e.raft.State() != raft.Follower || !e.raft.LastContact().Equal(lc) {
+func (w *waker) transferSelf(lc time.Time) {
+	if w.raft.State() != raft.Follower || !w.raft.LastContact().Equal(lc) {
 		return
 	}
 	rpc := raft.RPC{
 		Command: &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{
 			ProtocolVersion: raft.ProtocolVersionMax,
-			ID:              []byte(e.cfg.ID),
-			Addr:            []byte(e.localAddr),
+			ID:              []byte(w.id),
+			Addr:            []byte(w.addr),
 		}},
 		RespChan: make(chan raft.RPCResponse, 1), // raft never blocks on it
 	}
 	select {
-	case e.rpcs <- rpc:
-		e.log.Debug("wake: leader's port refused, asked raft to stand now", "since-last-contact", time.Since(lc))
-	case <-e.stop:
+	case w.inbox <- rpc:
+		w.log.Debug("wake: leader's port refused, asked raft to stand now", "since-last-contact", time.Since(lc))
+	case <-w.quit:
 	}
 }
 
@@ -249,7 +337,7 @@ func (e *Election) transferSelf(lc time.Time) {
 // from HeartbeatTimeout on, and a later follower whose timer fires in the
 // very millisecond the first one wakes splits the pre-votes (measured: about
 // one crash in fifty). So each follower also runs raft with its own wake
-// time as HeartbeatTimeout — HT for the first, HT + wakeSpread for the
+// time as HeartbeatTimeout — HT for the first, HT + spread() for the
 // second, and so on (ElectionTimeout raised with it where needed, as raft
 // requires ET >= HT) — and a leader runs with the configured one.
 type wakeOrder struct {
@@ -260,23 +348,23 @@ type wakeOrder struct {
 
 // setRaftHeartbeat sets raft's HeartbeatTimeout to d, and its
 // ElectionTimeout to the larger of the configured one and d.
-func (e *Election) setRaftHeartbeat(d time.Duration) {
-	rc := e.raft.ReloadableConfig()
-	et := max(e.cfg.ElectionTimeout, d)
+func (w *waker) setRaftHeartbeat(d time.Duration) {
+	rc := w.raft.ReloadableConfig()
+	et := max(w.et, d)
 	if rc.HeartbeatTimeout == d && rc.ElectionTimeout == et {
 		return
 	}
 	rc.HeartbeatTimeout, rc.ElectionTimeout = d, et
-	if err := e.raft.ReloadConfig(rc); err != nil {
-		e.log.Warn("wake: setting HeartbeatTimeout failed", "heartbeat-timeout", d, "error", err)
+	if err := w.raft.ReloadConfig(rc); err != nil {
+		w.log.Warn("wake: setting HeartbeatTimeout failed", "heartbeat-timeout", d, "error", err)
 	}
 }
 
-// wakeRank returns this node's place among the voters other than the
-// silent leader, ordered by ID, and the place of the first of them that can
-// win: with the earlier ones it makes a quorum.
-func (e *Election) wakeRank(leader raft.ServerID) (rank, winner int) {
-	f := e.raft.GetConfiguration()
+// rank returns this node's place among the voters other than the silent
+// leader, ordered by ID, and the place of the first of them that can win:
+// with the earlier ones it makes a quorum.
+func (w *waker) rank(leader raft.ServerID) (rank, winner int) {
+	f := w.raft.GetConfiguration()
 	if f.Error() != nil {
 		return 0, 0
 	}
@@ -292,22 +380,22 @@ func (e *Election) wakeRank(leader raft.ServerID) (rank, winner int) {
 		}
 	}
 	slices.Sort(ids)
-	rank = max(slices.Index(ids, e.cfg.ID), 0)
+	rank = max(slices.Index(ids, w.id), 0)
 	winner = min(voters/2, len(ids)-1) // quorum voters/2+1, less this node
 	return rank, max(winner, 0)
 }
 
 // refused dials addr once and reports whether the connection was refused:
 // nothing listens there, so the leader's process is gone.
-func (e *Election) refused(addr string) bool {
+func (w *waker) refused(addr string) bool {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.HeartbeatTimeout/4)
+	ctx, cancel := context.WithTimeout(context.Background(), w.ht/4)
 	defer cancel()
-	go func() { // Close cuts the dial short
+	go func() { // stop cuts the dial short
 		select {
-		case <-e.stop:
+		case <-w.quit:
 			cancel()
 		case <-ctx.Done():
 		}
@@ -325,31 +413,31 @@ func (e *Election) refused(addr string) bool {
 // HeartbeatTimeout (which fires the follower's timer at once), waits until
 // raft has left the follower state or heard from a leader again, and
 // restores the configured HeartbeatTimeout.
-func (e *Election) wakeRaft(lc time.Time, restore time.Duration) {
-	low, ok := e.lowHeartbeat()
+func (w *waker) wakeRaft(lc time.Time, restore time.Duration) {
+	low, ok := w.lowHeartbeat()
 	if !ok {
 		return
 	}
-	rc := e.raft.ReloadableConfig()
+	rc := w.raft.ReloadableConfig()
 	rc.HeartbeatTimeout = low
-	if err := e.raft.ReloadConfig(rc); err != nil {
-		e.log.Debug("wake: lowering HeartbeatTimeout failed", "error", err)
+	if err := w.raft.ReloadConfig(rc); err != nil {
+		w.log.Debug("wake: lowering HeartbeatTimeout failed", "error", err)
 		return
 	}
-	e.log.Debug("wake: leader silent, woke raft", "since-last-contact", time.Since(lc))
-	deadline := time.NewTimer(e.cfg.HeartbeatTimeout)
+	w.log.Debug("wake: leader silent, woke raft", "since-last-contact", time.Since(lc))
+	deadline := time.NewTimer(w.ht)
 	defer deadline.Stop()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 wait:
-	for e.raft.State() == raft.Follower && e.raft.LastContact().Equal(lc) {
+	for w.raft.State() == raft.Follower && w.raft.LastContact().Equal(lc) {
 		select {
-		case <-e.stop:
+		case <-w.quit:
 			break wait
 		case <-deadline.C:
 			break wait
 		case <-tick.C: // poll interval
 		}
 	}
-	e.setRaftHeartbeat(restore)
+	w.setRaftHeartbeat(restore)
 }

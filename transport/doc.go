@@ -1,7 +1,7 @@
 // Package transport provides Raft transports that are safe to elect on with
 // termfence: TCP with optional mutual TLS (NewTCP, MutualTLS), in-memory for
-// tests and single-process demos (NewInmem), and a fault-injecting wrapper
-// for tests (NewFaulty).
+// tests and single-process demos (NewInmem), a fault-injecting wrapper for
+// tests (NewFaulty), and MainLoopOnly, which makes any raft transport safe.
 //
 // # Guarantees
 //
@@ -9,11 +9,12 @@
 //     hashicorp/raft's NetworkTransport would handle heartbeats on a
 //     connection goroutine that changes the node's state and term off raft's
 //     main goroutine (hashicorp/raft#695), which breaks termfence's
-//     (state, term) triple read (DESIGN.md I2). SetHeartbeatHandler is a
-//     no-op on every Transport here, Faulty included, and heartbeats arrive
-//     on Consumer() like every other RPC. The cost: heartbeats wait behind
-//     raft's main-loop disk writes, so keep LeaderLeaseTimeout well above
-//     an fsync.
+//     (state, term) triple read (invariant I2 in docs/DESIGN.md). One
+//     wrapper, MainLoopOnly, owns that rule: NewTCP, NewInmem and NewFaulty
+//     all go through it, so SetHeartbeatHandler is a no-op on every
+//     Transport here, and heartbeats arrive on Consumer() like every other
+//     RPC. The cost: heartbeats wait behind raft's main-loop disk writes, so
+//     keep LeaderLeaseTimeout well above an fsync.
 //   - With Config.TLS from MutualTLS, both ends of every connection present
 //     a certificate that verifies against the cluster CA, or the connection
 //     is refused before any RPC is read: a node without such a certificate
@@ -34,6 +35,9 @@
 //     certificate the CA signed is a peer. Use a CA per cluster. Certificate
 //     files are read once; rotating them needs a new transport (or your own
 //     tls.Config with GetCertificate).
+//   - Cut knows an inbound RPC's sender only by its RPCHeader.Addr (raft
+//     always fills it); a hand-made RPC that names no sender passes a Cut,
+//     though not Isolate.
 //   - An RPC already on the wire when a Faulty partition starts completes.
 //     Faulty disables pipelined replication (every AppendEntries is a
 //     separate round trip) and drops or delays only this node's outbound

@@ -34,8 +34,9 @@ import (
 // A partition is checked when an RPC starts and again after its injected
 // delay; an RPC already on the wire when a partition starts completes.
 //
-// Faulty never enables raft's heartbeat fast path: SetHeartbeatHandler is
-// ignored and never passed to the wrapped transport.
+// Faulty never enables raft's heartbeat fast path, whatever it wraps: it
+// wraps t in MainLoopOnly, so SetHeartbeatHandler never reaches t, and every
+// inbound RPC passes the faults on its way to Consumer().
 //
 // AppendEntriesPipeline always returns raft.ErrPipelineReplicationNotSupported,
 // so raft replicates with plain AppendEntries calls, each of which honours
@@ -65,7 +66,7 @@ type Faulty struct {
 // Faulty to raft, and Faulty.Close closes t.
 func NewFaulty(t Transport) *Faulty {
 	f := &Faulty{
-		inner: t,
+		inner: MainLoopOnly(t),
 		out:   make(chan raft.RPC),
 		done:  make(chan struct{}),
 		cut:   make(map[raft.ServerAddress]struct{}),
@@ -179,7 +180,8 @@ func (f *Faulty) forward() {
 		case <-f.done:
 			return
 		case rpc := <-in:
-			if from, ok := sender(rpc.Command); ok && f.partitioned(from) {
+			// An RPC whose sender is unknown ("") still meets Isolate.
+			if from := sender(rpc.Command); f.partitioned(from) {
 				refuse(rpc, fmt.Errorf("%w: %s -> %s", ErrPartitioned, from, f.inner.LocalAddr()))
 				continue
 			}
@@ -193,21 +195,15 @@ func (f *Faulty) forward() {
 	}
 }
 
-// sender returns the address of the node that sent cmd.
-func sender(cmd any) (raft.ServerAddress, bool) {
-	var addr []byte
-	if h, ok := cmd.(raft.WithRPCHeader); ok {
-		addr = h.GetRPCHeader().Addr
+// sender returns the address of the node that sent cmd, from its
+// RPCHeader.Addr (raft fills it in every request it sends), or "" if cmd
+// carries none.
+func sender(cmd any) raft.ServerAddress {
+	h, ok := cmd.(raft.WithRPCHeader)
+	if !ok {
+		return ""
 	}
-	if len(addr) == 0 {
-		switch c := cmd.(type) {
-		case *raft.AppendEntriesRequest:
-			addr = c.Leader //nolint:staticcheck // pre-v3 peers fill only this
-		case *raft.RequestVoteRequest:
-			addr = c.Candidate //nolint:staticcheck // pre-v3 peers fill only this
-		}
-	}
-	return raft.ServerAddress(addr), len(addr) > 0
+	return raft.ServerAddress(h.GetRPCHeader().Addr)
 }
 
 // refuse answers rpc with err and an empty response of the right type (some
@@ -293,9 +289,10 @@ func (f *Faulty) EncodePeer(id raft.ServerID, addr raft.ServerAddress) []byte {
 // DecodePeer implements raft.Transport.
 func (f *Faulty) DecodePeer(buf []byte) raft.ServerAddress { return f.inner.DecodePeer(buf) }
 
-// SetHeartbeatHandler ignores cb and does not pass it on: heartbeats reach
-// raft through Consumer(), on its main goroutine (DESIGN.md I2).
-func (f *Faulty) SetHeartbeatHandler(func(raft.RPC)) {}
+// SetHeartbeatHandler implements raft.Transport. The wrapped transport is
+// behind MainLoopOnly, which drops cb: heartbeats reach raft through
+// Consumer(), on its main goroutine, after the faults.
+func (f *Faulty) SetHeartbeatHandler(cb func(raft.RPC)) { f.inner.SetHeartbeatHandler(cb) }
 
 // Close stops the goroutine that feeds Consumer(), waits for it, and closes
 // the wrapped transport. Later calls return the first call's result.

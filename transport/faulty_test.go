@@ -147,26 +147,35 @@ func TestFaultyIsolate(t *testing.T) {
 	}
 }
 
+// TestFaultyIsolateRefusesUnknownSender: an inbound RPC that names no
+// sender (no RPCHeader.Addr) cannot be matched against a Cut, but Isolate
+// still refuses it: isolation means nothing gets in.
+func TestFaultyIsolateRefusesUnknownSender(t *testing.T) {
+	fs, ms := inmemFaulty(t, 2)
+	a := fs[0]
+	stop := make(chan struct{})
+	ra := respond(a.Consumer(), stop)
+	defer func() { close(stop); ra.wg.Wait() }()
+	anonymous := func() error { // from b's Inmem, bypassing b's Faulty
+		var resp raft.AppendEntriesResponse
+		return ms[1].AppendEntries("a", a.LocalAddr(), &raft.AppendEntriesRequest{Term: 1}, &resp)
+	}
+	if err := anonymous(); err != nil {
+		t.Fatalf("anonymous RPC before Isolate: %v", err)
+	}
+	a.Isolate()
+	if err := anonymous(); !errors.Is(err, ErrPartitioned) {
+		t.Fatalf("anonymous RPC to an isolated node: %v, want ErrPartitioned", err)
+	}
+	if ra.count() != 1 {
+		t.Fatalf("isolated node received %d RPCs, want only the one before Isolate", ra.count())
+	}
+}
+
 func TestFaultyPipelineNotSupported(t *testing.T) {
 	fs, _ := inmemFaulty(t, 2)
 	if _, err := fs[0].AppendEntriesPipeline("x", fs[1].LocalAddr()); !errors.Is(err, raft.ErrPipelineReplicationNotSupported) {
 		t.Fatalf("pipeline: %v, want raft.ErrPipelineReplicationNotSupported", err)
-	}
-}
-
-func TestFaultyHeartbeatHandlerIgnored(t *testing.T) {
-	// The wrapped transport is a raw raft.NetworkTransport, which would use
-	// the fast path if Faulty passed the handler on.
-	raw, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 1, time.Second, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := NewFaulty(raw)
-	defer f.Close()
-	a := newTestTCP(t, Config{})
-	calls, viaConsumer := sendHeartbeat(t, a, f)
-	if calls != 0 || !viaConsumer {
-		t.Fatalf("handler calls %d, via consumer %v; want 0, true", calls, viaConsumer)
 	}
 }
 

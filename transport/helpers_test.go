@@ -150,10 +150,3 @@ func heartbeat(from raft.ServerAddress, term uint64) *raft.AppendEntriesRequest 
 		Term:      term,
 	}
 }
-
-// serveOne answers the next RPC on c with resp and sends it on got.
-func serveOne(c <-chan raft.RPC, resp any, got chan<- raft.RPC) {
-	rpc := <-c
-	rpc.Respond(resp, nil)
-	got <- rpc
-}

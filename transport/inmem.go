@@ -7,40 +7,41 @@ import (
 )
 
 // Inmem is an in-process Transport for tests and single-process demos. It
-// wraps raft.InmemTransport (which has no heartbeat fast path) and adds
-// bidirectional Connect and Disconnect. Nodes reach each other only once
-// connected.
+// wraps raft.InmemTransport and adds bidirectional Connect and Disconnect.
+// Nodes reach each other only once connected. Like every Transport of this
+// package it never runs a heartbeat fast path (MainLoopOnly).
 //
 // Inmem is safe for concurrent use.
 type Inmem struct {
 	addr raft.ServerAddress
-	t    *raft.InmemTransport
+	raw  *raft.InmemTransport // for Connect and Disconnect
+	t    Transport            // MainLoopOnly(raw): every raft.Transport call goes here
 }
 
 // NewInmem returns an unconnected in-memory transport whose address is addr.
 // An empty addr gets a random unique address. Each RPC waits at most 500ms
 // for the peer to take and answer it (raft.InmemTransport's default).
 func NewInmem(addr string) *Inmem {
-	a, t := raft.NewInmemTransport(raft.ServerAddress(addr))
-	return &Inmem{addr: a, t: t}
+	a, raw := raft.NewInmemTransport(raft.ServerAddress(addr))
+	return &Inmem{addr: a, raw: raw, t: MainLoopOnly(raw)}
 }
 
 // Connect lets i and peer send RPCs to each other.
 func (i *Inmem) Connect(peer *Inmem) {
-	i.t.Connect(peer.addr, peer.t)
-	peer.t.Connect(i.addr, i.t)
+	i.raw.Connect(peer.addr, peer.raw)
+	peer.raw.Connect(i.addr, i.raw)
 }
 
 // Disconnect stops RPCs between i and peer in both directions, closing any
 // pipelines between them. Connect undoes it.
 func (i *Inmem) Disconnect(peer *Inmem) {
-	i.t.Disconnect(peer.addr)
-	peer.t.Disconnect(i.addr)
+	i.raw.Disconnect(peer.addr)
+	peer.raw.Disconnect(i.addr)
 }
 
 // DisconnectAll stops RPCs from i to every peer. Peers can still send to i;
 // use Disconnect for a bidirectional cut.
-func (i *Inmem) DisconnectAll() { i.t.DisconnectAll() }
+func (i *Inmem) DisconnectAll() { i.raw.DisconnectAll() }
 
 // Consumer implements raft.Transport.
 func (i *Inmem) Consumer() <-chan raft.RPC { return i.t.Consumer() }
@@ -81,8 +82,9 @@ func (i *Inmem) EncodePeer(id raft.ServerID, addr raft.ServerAddress) []byte {
 // DecodePeer implements raft.Transport.
 func (i *Inmem) DecodePeer(buf []byte) raft.ServerAddress { return i.t.DecodePeer(buf) }
 
-// SetHeartbeatHandler ignores cb: heartbeats are delivered on Consumer().
-func (i *Inmem) SetHeartbeatHandler(func(raft.RPC)) {}
+// SetHeartbeatHandler implements raft.Transport; MainLoopOnly drops cb, so
+// heartbeats are delivered on Consumer().
+func (i *Inmem) SetHeartbeatHandler(cb func(raft.RPC)) { i.t.SetHeartbeatHandler(cb) }
 
 // TimeoutNow implements raft.Transport.
 func (i *Inmem) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {

@@ -14,23 +14,17 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// tcpTransport is a raft.NetworkTransport with the heartbeat fast path
-// switched off. Embedding keeps every other method, RequestPreVote and Close
-// included.
+// tcpTransport is a raft.NetworkTransport over streamLayer. It has
+// NetworkTransport's heartbeat fast path; NewTCP hands it out only through
+// MainLoopOnly, which switches that off.
 type tcpTransport struct {
 	*raft.NetworkTransport
 	stream *streamLayer
 }
 
-// SetHeartbeatHandler deliberately ignores cb. raft.NetworkTransport would run
-// cb on a connection goroutine, and raft's heartbeat handler changes the node's
-// state and term off raft's main goroutine (hashicorp/raft#695), which breaks
-// the epoch triple read (DESIGN.md I2). Without a handler, heartbeats are
-// delivered on Consumer() like every other RPC.
-func (*tcpTransport) SetHeartbeatHandler(func(raft.RPC)) {}
-
 // NewTCP listens on bind and returns a Transport built on
-// raft.NetworkTransport, with the heartbeat fast path switched off.
+// raft.NetworkTransport, with the heartbeat fast path switched off
+// (MainLoopOnly).
 //
 // advertise is the address peers use to reach this node ("host:port"); it is
 // resolved once to check it is usable (an unspecified IP such as 0.0.0.0, a
@@ -86,7 +80,7 @@ func NewTCP(bind, advertise string, cfg Config) (Transport, error) {
 		Timeout: c.Timeout,
 		Logger:  c.Logger,
 	})
-	return &tcpTransport{NetworkTransport: nt, stream: s}, nil
+	return MainLoopOnly(&tcpTransport{NetworkTransport: nt, stream: s}), nil
 }
 
 // advertiseAddr is an advertise address kept as text (a host name stays a

@@ -321,7 +321,7 @@ func TestTLSSilentPeerReleasedOnClose(t *testing.T) {
 	}
 	defer c.Close()
 	waitFor(t, 5*time.Second, "the transport to accept the connection", func() bool {
-		return tr.(*tcpTransport).stream.open() == 1
+		return tr.(mainLoopOnly).Transport.(*tcpTransport).stream.open() == 1
 	})
 	if err := tr.Close(); err != nil {
 		t.Fatal(err)

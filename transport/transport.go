@@ -13,9 +13,9 @@ import (
 // Transport is what termfence needs from a Raft transport: the raft.Transport
 // methods, Close (raft.Shutdown closes the transport), and pre-vote support.
 //
-// Every Transport built by this package ignores SetHeartbeatHandler: heartbeats
-// are delivered on Consumer() and handled on raft's main goroutine, which the
-// epoch triple read relies on (DESIGN.md I2, hashicorp/raft#695).
+// Every Transport built by this package ignores SetHeartbeatHandler (see
+// MainLoopOnly): heartbeats are delivered on Consumer() and handled on raft's
+// main goroutine, which the epoch triple read relies on.
 type Transport interface {
 	raft.Transport
 	raft.WithClose
@@ -24,6 +24,7 @@ type Transport interface {
 
 // Compile-time interface checks.
 var (
+	_ Transport = mainLoopOnly{}
 	_ Transport = (*tcpTransport)(nil)
 	_ Transport = (*Inmem)(nil)
 	_ Transport = (*Faulty)(nil)

@@ -516,8 +516,8 @@ func (c *tfCluster) name() string { return "termfence" }
 
 func (c *tfCluster) start(nd *tfNode) error {
 	// A raw NetworkTransport satisfies transport.Transport; election.New
-	// switches its heartbeat fast path off (DESIGN.md I2) as it does for
-	// every transport.
+	// switches its heartbeat fast path off (transport.MainLoopOnly;
+	// invariant I2 in docs/DESIGN.md) as it does for every transport.
 	tr, hl, err := newHostTransport(nd.addr)
 	if err != nil {
 		return err
