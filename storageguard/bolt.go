@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -26,24 +24,11 @@ const BoltOpenTimeout = time.Second
 var boltBucket = []byte("termfence_fence")
 
 // Bolt is a durable Fence in one bbolt file, for a resource owner that is a
-// single process (bbolt locks the file against other processes; use Dir or
-// SQL when several processes guard the same resources).
-//
-// The file is the durable record; each resource's highest epoch is also
-// cached in memory under a per-resource read-write lock, as in Memory. A
-// write under the current epoch therefore touches no disk. A raise is one
-// bbolt transaction, fsynced before Do runs the write or Admit returns.
+// single process.
 type Bolt struct {
-	closed  atomic.Bool
-	db      *bolt.DB
-	entries sync.Map // resource -> *entry
-	// inflight counts calls in progress so that Close can wait for them
-	// before closing the file.
-	inflight sync.WaitGroup
-	closeMu  sync.RWMutex // read: a call is starting; write: Close
+	*Cached
+	db *bolt.DB
 }
-
-var _ Fence = (*Bolt)(nil)
 
 // OpenBolt opens or creates the fence file at path. If another process has
 // the file open it waits up to BoltOpenTimeout, then fails with an error
@@ -63,13 +48,13 @@ func OpenBolt(path string) (*Bolt, error) {
 		db.Close()
 		return nil, fmt.Errorf("storageguard: init bolt fence %s: %w", path, err)
 	}
-	return &Bolt{db: db}, nil
+	return &Bolt{Cached: NewCached(boltStore{db}), db: db}, nil
 }
 
 // boltStore is the store of a Bolt fence.
 type boltStore struct{ db *bolt.DB }
 
-func (s boltStore) load(resource string) (epoch.Epoch, error) {
+func (s boltStore) Load(_ context.Context, resource string) (epoch.Epoch, error) {
 	var e epoch.Epoch
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(boltBucket).Get([]byte(resource))
@@ -84,7 +69,7 @@ func (s boltStore) load(resource string) (epoch.Epoch, error) {
 	return e, err
 }
 
-func (s boltStore) raise(resource string, ep epoch.Epoch) error {
+func (s boltStore) Raise(_ context.Context, resource string, ep epoch.Epoch) error {
 	v, err := ep.MarshalBinary()
 	if err != nil {
 		return err
@@ -98,73 +83,8 @@ func (s boltStore) raise(resource string, ep epoch.Epoch) error {
 	return nil
 }
 
-// enter registers a call; it fails once Close has begun.
-func (b *Bolt) enter() error {
-	b.closeMu.RLock()
-	defer b.closeMu.RUnlock()
-	if b.closed.Load() {
-		return ErrClosed
-	}
-	b.inflight.Add(1)
-	return nil
-}
-
-// Do implements Fence.Do. write must not call the fence for the same
-// resource.
-func (b *Bolt) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
-	if err := ValidateResource(resource); err != nil {
-		return err
-	}
-	if err := b.enter(); err != nil {
-		return err
-	}
-	defer b.inflight.Done()
-	return table{&b.entries}.get(resource).do(ctx, resource, ep, boltStore{b.db}, write)
-}
-
-// Admit implements Fence.Admit.
-func (b *Bolt) Admit(ctx context.Context, resource string, ep epoch.Epoch) error {
-	return b.Do(ctx, resource, ep, nil)
-}
-
-// Check implements Fence.Check.
-func (b *Bolt) Check(ctx context.Context, resource string, ep epoch.Epoch) error {
-	h, err := b.Highest(ctx, resource)
-	if err != nil {
-		return err
-	}
-	_, err = Decide(resource, h, ep)
-	return err
-}
-
-// Highest implements Fence.Highest.
-func (b *Bolt) Highest(ctx context.Context, resource string) (epoch.Epoch, error) {
-	if err := ValidateResource(resource); err != nil {
-		return epoch.Epoch{}, err
-	}
-	if err := b.enter(); err != nil {
-		return epoch.Epoch{}, err
-	}
-	defer b.inflight.Done()
-	if err := ctx.Err(); err != nil {
-		return epoch.Epoch{}, err
-	}
-	if e, ok := (table{&b.entries}).lookup(resource); ok {
-		return e.current(resource, boltStore{b.db})
-	}
-	// Unknown to the cache: read the file without creating an entry.
-	return boltStore{b.db}.load(resource)
-}
-
-// Close waits for calls in progress, then closes the file. Later calls fail
-// with ErrClosed.
+// Close waits for calls in progress, then closes the file.
 func (b *Bolt) Close() error {
-	b.closeMu.Lock()
-	already := b.closed.Swap(true)
-	b.closeMu.Unlock()
-	if already {
-		return nil
-	}
-	b.inflight.Wait()
+	b.Cached.Close()
 	return b.db.Close()
 }

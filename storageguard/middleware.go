@@ -54,7 +54,7 @@ func Middleware(g *Guard, resource func(*http.Request) string) func(http.Handler
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if err := g.usable(); err != nil {
+			if err := g.Err(); err != nil {
 				refuse(w, r, g, "", err)
 				return
 			}
