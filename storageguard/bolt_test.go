@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
 func openBolt(t *testing.T, path string) *storageguard.Bolt {
@@ -21,13 +22,13 @@ func openBolt(t *testing.T, path string) *storageguard.Bolt {
 
 func TestBolt(t *testing.T) {
 	var path string
-	testFence(t, fenceKind{
-		open: func(t *testing.T) storageguard.Fence {
+	fencetest.Run(t, fencetest.Kind{
+		Open: func(t *testing.T) storageguard.Fence {
 			path = filepath.Join(t.TempDir(), "fence.db")
 			return openBolt(t, path)
 		},
-		reopen:     func(t *testing.T) storageguard.Fence { return openBolt(t, path) },
-		goroutines: 16, ops: 300,
+		Reopen:     func(t *testing.T) storageguard.Fence { return openBolt(t, path) },
+		Goroutines: 16, Ops: 300,
 	})
 }
 

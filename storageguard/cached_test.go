@@ -9,6 +9,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
 // mapStore is a Store in a map that outlives the fences over it, standing
@@ -62,13 +63,13 @@ func TestCached(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	testFence(t, fenceKind{
-		open: func(t *testing.T) storageguard.Fence {
+	fencetest.Run(t, fencetest.Kind{
+		Open: func(t *testing.T) storageguard.Fence {
 			s = newMapStore()
 			return open(t)
 		},
-		reopen:     open,
-		goroutines: 16, ops: 300,
+		Reopen:     open,
+		Goroutines: 16, Ops: 300,
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
 // BenchmarkDirSameEpoch sets a same-epoch Dir.Do (the process holds the
@@ -13,7 +14,7 @@ import (
 // would typically protect, a map write under a mutex, serial and with
 // b.RunParallel (target: Do-empty-write <= 2 µs).
 func BenchmarkDirSameEpoch(b *testing.B) {
-	benchSameEpoch(b, func(b *testing.B) storageguard.Fence {
+	fencetest.BenchSameEpoch(b, func(b *testing.B) storageguard.Fence {
 		d, err := storageguard.OpenDir(b.TempDir())
 		if err != nil {
 			b.Fatal(err)

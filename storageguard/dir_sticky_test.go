@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
 // Environment of the Dir raise children.
@@ -246,14 +247,14 @@ func TestDirStickyYieldsToOtherProcessBusy(t *testing.T) {
 			if h, err := d.Highest(ctx, r); err != nil || h != ep(6, "n1") {
 				t.Fatalf("Highest = %v, %v", h, err)
 			}
-			spans, err := readLog(logPath)
+			spans, err := fencetest.ReadSpans(logPath)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := checkSpans(spans); err != nil {
+			if err := fencetest.CheckSpans(spans); err != nil {
 				t.Fatal(err)
 			}
-			if spans[len(spans)-1].term != 6 {
+			if spans[len(spans)-1].Term != 6 {
 				t.Fatalf("the raiser's write is not the last: %+v", spans[len(spans)-1])
 			}
 			t.Logf("%d same-epoch writes; the other process's raise waited %sns for its write to run", writes.Load(), strings.TrimSpace(stdout.String()))
@@ -444,7 +445,7 @@ func TestDirStickySameProcessRaise(t *testing.T) {
 	var (
 		clock atomic.Int64
 		mu    sync.Mutex
-		spans []span
+		spans []fencetest.Span
 		wg    sync.WaitGroup
 		stop  atomic.Bool
 		top   atomic.Uint64
@@ -453,8 +454,8 @@ func TestDirStickySameProcessRaise(t *testing.T) {
 	errc := make(chan error, 8)
 	record := func(term uint64) func(context.Context) error {
 		return func(context.Context) error {
-			s := span{term: term, start: clock.Add(1)}
-			s.end = clock.Add(1)
+			s := fencetest.Span{Term: term, Start: clock.Add(1)}
+			s.End = clock.Add(1)
 			mu.Lock()
 			spans = append(spans, s)
 			mu.Unlock()
@@ -499,7 +500,7 @@ func TestDirStickySameProcessRaise(t *testing.T) {
 	for err := range errc {
 		t.Fatal(err)
 	}
-	if err := checkSpans(spans); err != nil {
+	if err := fencetest.CheckSpans(spans); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
 func openDir(t *testing.T, dir string) *storageguard.Dir {
@@ -40,13 +41,13 @@ func fenceFile(t *testing.T, dir string) string {
 
 func TestDir(t *testing.T) {
 	var dir string
-	testFence(t, fenceKind{
-		open: func(t *testing.T) storageguard.Fence {
+	fencetest.Run(t, fencetest.Kind{
+		Open: func(t *testing.T) storageguard.Fence {
 			dir = t.TempDir()
 			return openDir(t, dir)
 		},
-		reopen:     func(t *testing.T) storageguard.Fence { return openDir(t, dir) },
-		goroutines: 16, ops: 300,
+		Reopen:     func(t *testing.T) storageguard.Fence { return openDir(t, dir) },
+		Goroutines: 16, Ops: 300,
 	})
 }
 
@@ -91,7 +92,7 @@ func TestDirNamesStayInside(t *testing.T) {
 // processes (flock locks open file descriptions, not processes).
 func TestDirTwoHandles(t *testing.T) {
 	dir := t.TempDir()
-	testFenceTwoHandles(t, openDir(t, dir), openDir(t, dir))
+	fencetest.TwoHandles(t, openDir(t, dir), openDir(t, dir))
 }
 
 // TestDirTwoHandlesSticky: the same with shared locks that are never let go
@@ -100,7 +101,7 @@ func TestDirTwoHandles(t *testing.T) {
 func TestDirTwoHandlesSticky(t *testing.T) {
 	dir := t.TempDir()
 	o := storageguard.DirOptions{Linger: time.Hour}
-	testFenceTwoHandles(t, openDirWith(t, dir, o), openDirWith(t, dir, o))
+	fencetest.TwoHandles(t, openDirWith(t, dir, o), openDirWith(t, dir, o))
 }
 
 func TestDirCorruptFile(t *testing.T) {

@@ -7,16 +7,17 @@ import (
 	"testing"
 
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
 func TestMemory(t *testing.T) {
-	testFence(t, fenceKind{
-		open: func(t *testing.T) storageguard.Fence {
+	fencetest.Run(t, fencetest.Kind{
+		Open: func(t *testing.T) storageguard.Fence {
 			m := storageguard.NewMemory()
 			t.Cleanup(func() { m.Close() })
 			return m
 		},
-		goroutines: 32, ops: 2000,
+		Goroutines: 32, Ops: 2000,
 	})
 }
 

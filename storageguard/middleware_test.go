@@ -13,12 +13,13 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
 // mwEnv is a handler behind Middleware, served over loopback.
 type mwEnv struct {
 	codec  epoch.Codec
-	spy    *gtSpyFence
+	spy    *fencetest.Spy
 	guard  *storageguard.Guard
 	server *httptest.Server
 	client *http.Client
@@ -135,7 +136,7 @@ func TestMiddlewareOlderHandlerFinishesFirst(t *testing.T) {
 	t.Cleanup(release)
 	atFence := make(chan struct{})
 	var atOnce sync.Once
-	e.spy.onDo = func(ep epoch.Epoch) {
+	e.spy.OnDecide = func(ep epoch.Epoch) {
 		if ep.Term == 34 {
 			atOnce.Do(func() { close(atFence) })
 		}

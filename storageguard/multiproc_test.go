@@ -20,6 +20,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
 // Environment of the child roles.
@@ -228,17 +229,17 @@ func TestMultiProcess(t *testing.T) {
 			defer f.Close()
 			total := 0
 			for _, r := range mpResources {
-				spans, err := readLog(filepath.Join(logDir, logName(r)))
+				spans, err := fencetest.ReadSpans(filepath.Join(logDir, logName(r)))
 				if err != nil {
 					t.Fatal(err)
 				}
 				total += len(spans)
-				if err := checkSpans(spans); err != nil {
+				if err := fencetest.CheckSpans(spans); err != nil {
 					t.Errorf("%s: %v", r, err)
 				}
 				var top uint64
 				for _, s := range spans {
-					top = maxU(top, s.term)
+					top = max(top, s.Term)
 				}
 				if h, err := f.Highest(context.Background(), r); err != nil || h.Term != top {
 					t.Errorf("%s: Highest = %v, %v; highest accepted write was under term %d", r, h, err, top)
@@ -250,44 +251,6 @@ func TestMultiProcess(t *testing.T) {
 			}
 		})
 	}
-}
-
-// readLog turns a guarded log into spans: the line index is the clock.
-func readLog(path string) ([]span, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	open := map[string]span{}
-	var spans []span
-	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var kind string
-		var term uint64
-		var pid int
-		if _, err := fmt.Sscanf(line, "%s %d %d", &kind, &term, &pid); err != nil {
-			return nil, fmt.Errorf("line %d %q: %v", i, line, err)
-		}
-		key := strconv.Itoa(pid)
-		switch kind {
-		case "S":
-			if _, dup := open[key]; dup {
-				return nil, fmt.Errorf("line %d: pid %d starts twice", i, pid)
-			}
-			open[key] = span{term: term, start: int64(i)}
-		case "E":
-			s, ok := open[key]
-			if !ok || s.term != term {
-				return nil, fmt.Errorf("line %d: end without start", i)
-			}
-			delete(open, key)
-			s.end = int64(i)
-			spans = append(spans, s)
-		}
-	}
-	if len(open) != 0 {
-		return nil, fmt.Errorf("%d writes never ended", len(open))
-	}
-	return spans, nil
 }
 
 // TestCrashDurability kills a child with SIGKILL at random moments while it

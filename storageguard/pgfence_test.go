@@ -11,6 +11,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencetest"
 	"github.com/termfence/termfence/storageguard/pgfence"
 )
 
@@ -62,30 +63,31 @@ func openPgfence(t testing.TB, pool *pgxpool.Pool) *pgfence.Fence {
 
 func TestPgfence(t *testing.T) {
 	var dsn string
-	testFence(t, fenceKind{
-		open: func(t *testing.T) storageguard.Fence {
+	fencetest.Run(t, fencetest.Kind{
+		Open: func(t *testing.T) storageguard.Fence {
 			dsn = postgresDSN(t)
 			return openPgfence(t, openPgxPool(t, dsn, nil))
 		},
-		reopen: func(t *testing.T) storageguard.Fence {
+		Reopen: func(t *testing.T) storageguard.Fence {
 			return openPgfence(t, openPgxPool(t, dsn, nil))
 		},
-		goroutines: 8, ops: 60,
+		Goroutines: 8, Ops: 60,
 	})
 	t.Run("Tx", func(t *testing.T) { testPgfenceTx(t, openPgxPool(t, postgresDSN(t), nil)) })
 }
 
-// testPgfenceTx runs testTx over pgfence's Tx, then checks TxWith's
+// testPgfenceTx runs fencetest.TxAtomic over pgfence's Tx, then checks TxWith's
 // options.
 func testPgfenceTx(t *testing.T, pool *pgxpool.Pool) {
 	ctx := context.Background()
 	f := openPgfence(t, pool)
-	testTx(t, f, "$1", txAPI{
-		exec: func(stmt string) error { _, err := pool.Exec(ctx, stmt); return err },
-		read: func() (c string, err error) {
+	fencetest.TxAtomic(t, f, fencetest.TxAPI{
+		Placeholder: "$1",
+		Exec:        func(stmt string) error { _, err := pool.Exec(ctx, stmt); return err },
+		Read: func() (c string, err error) {
 			return c, pool.QueryRow(ctx, "SELECT content FROM files WHERE id = 'f'").Scan(&c)
 		},
-		tx: func(e epoch.Epoch, then error, stmt string, args ...any) error {
+		Tx: func(e epoch.Epoch, then error, stmt string, args ...any) error {
 			return f.Tx(ctx, "files/f", e, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, stmt, args...); err != nil {
 					return err
@@ -93,7 +95,7 @@ func testPgfenceTx(t *testing.T, pool *pgxpool.Pool) {
 				return then
 			})
 		},
-		nilFn: func(e epoch.Epoch) error { return f.Tx(ctx, "files/f", e, nil) },
+		NilFn: func(e epoch.Epoch) error { return f.Tx(ctx, "files/f", e, nil) },
 	})
 	e34 := ep(34, "node-b") // testTx leaves the fence at 34
 	// Options pass through (a serializable transaction works); read-only
@@ -153,7 +155,7 @@ func TestPgfenceCheckRidesWithBegin(t *testing.T) {
 // the fence row FOR SHARE together.
 func TestPgfenceSameEpochTxConcurrent(t *testing.T) {
 	f := openPgfence(t, openPgxPool(t, postgresDSN(t), nil))
-	testSameEpochTxConcurrent(t, f, func(ctx context.Context, e epoch.Epoch, body func() error) error {
+	fencetest.TxSameEpochConcurrent(t, f, func(ctx context.Context, e epoch.Epoch, body func() error) error {
 		return f.Tx(ctx, "r", e, func(pgx.Tx) error { return body() })
 	})
 }
@@ -167,7 +169,7 @@ func (f pgTxFence) Do(ctx context.Context, resource string, e epoch.Epoch, write
 }
 
 func TestPgfenceTxConcurrentRandomEpochs(t *testing.T) {
-	testConcurrentRandom(t, pgTxFence{openPgfence(t, openPgxPool(t, postgresDSN(t), nil))}, 8, 60)
+	fencetest.ConcurrentRandom(t, 8, 60, pgTxFence{openPgfence(t, openPgxPool(t, postgresDSN(t), nil))})
 }
 
 // TestPgfenceSharesSQLTable: pgfence and the SQL fence's PostgreSQL dialect
@@ -176,7 +178,7 @@ func TestPgfenceSharesSQLTable(t *testing.T) {
 	dsn := postgresDSN(t)
 	a := openSQL(t, openPostgresDB(t, dsn), storageguard.Postgres)
 	b := openPgfence(t, openPgxPool(t, dsn, nil))
-	testFenceTwoHandles(t, a, b)
+	fencetest.TwoHandles(t, a, b)
 }
 
 // BenchmarkPgfence puts the PostgreSQL fences beside their baselines in one

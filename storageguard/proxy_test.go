@@ -21,6 +21,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
 // waitLimit bounds every wait for something that must happen.
@@ -29,7 +30,7 @@ const waitLimit = 10 * time.Second
 // pxEnv is a backend behind a fencing proxy, with a client.
 type pxEnv struct {
 	codec   epoch.Codec
-	spy     *gtSpyFence
+	spy     *fencetest.Spy
 	guard   *storageguard.Guard
 	backend *httptest.Server
 	proxy   *httptest.Server
@@ -306,7 +307,7 @@ func testOlderFirst(t *testing.T, std, midBody, clientGone bool) {
 	t.Cleanup(release) // before the servers close, even if the test failed
 	newAtFence := make(chan struct{})
 	var once sync.Once
-	e.spy.onDo = func(ep epoch.Epoch) {
+	e.spy.OnDecide = func(ep epoch.Epoch) {
 		if ep.Term == 34 {
 			once.Do(func() { close(newAtFence) })
 		}
@@ -359,7 +360,7 @@ func TestProxyRefusesBadTokens(t *testing.T) {
 	if r := e.send("POST", "/", leader, "X-Req", "leader"); r.status != 200 {
 		t.Fatalf("leader: %+v", r)
 	}
-	before := e.spy.calls.Load()
+	before := e.spy.Calls.Load()
 
 	huge := gtEp(1<<62, "mallory")
 	otherKey := gtCodec(t, []byte("a different key that nobody shares!!"))
@@ -398,7 +399,7 @@ func TestProxyRefusesBadTokens(t *testing.T) {
 	if r := e.send("POST", "/", []string{foreign}, "X-Req", "f"); r.refusal.Presented == nil || r.refusal.Presented.Cluster != "billing" {
 		t.Errorf("foreign refusal does not name the presented epoch: %+v", r.refusal)
 	}
-	if n := e.spy.calls.Load() - before; n != 0 {
+	if n := e.spy.Calls.Load() - before; n != 0 {
 		t.Fatalf("refused tokens reached the fence's Do/Admit/Check %d times", n)
 	}
 	// The real leader still writes; the forged huge term raised nothing.

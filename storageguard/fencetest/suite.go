@@ -1,4 +1,4 @@
-package storageguard_test
+package fencetest
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,47 +16,58 @@ import (
 	"github.com/termfence/termfence/storageguard"
 )
 
-// fenceKind describes one Fence implementation for the shared suite.
-type fenceKind struct {
-	// open returns a fresh, empty fence; t.Cleanup closes it.
-	open func(t *testing.T) storageguard.Fence
-	// reopen, if set, returns a fence over the same durable state as the
-	// last one open returned (after closing that one).
-	reopen func(t *testing.T) storageguard.Fence
-	// serialWriters: the fence serializes all writers of a resource, even
-	// under one epoch (SQLite's database-wide write lock).
-	serialWriters bool
-	// goroutines and ops scale the concurrency test to the fence's speed.
-	goroutines, ops int
+// Kind describes one Fence implementation to Run.
+type Kind struct {
+	// Open returns a fresh, empty fence. Register its Close with
+	// t.Cleanup: the suite closes some fences itself, and Close must then
+	// be harmless a second time.
+	Open func(t *testing.T) storageguard.Fence
+	// Reopen, if set, returns a fence over the same durable state as the
+	// last one Open returned (the suite closes that one first). Nil: the
+	// fence is not durable, and Run skips the reopen test.
+	Reopen func(t *testing.T) storageguard.Fence
+	// SerialWriters: the fence runs every writer of a resource alone, even
+	// under one epoch (SQLite has one writer per database). Run then skips
+	// the test that same-epoch writes run together.
+	SerialWriters bool
+	// Goroutines and Ops scale the random concurrent test to the fence's
+	// speed: Goroutines goroutines make Ops calls each (testing.Short:
+	// a quarter). Zero: 16 and 300.
+	Goroutines, Ops int
 }
 
-// testFence runs the behaviour every Fence must have.
-func testFence(t *testing.T, k fenceKind) {
-	t.Run("Kleppmann", func(t *testing.T) { testKleppmann(t, k.open(t)) })
-	t.Run("Refusals", func(t *testing.T) { testRefusals(t, k.open(t)) })
-	t.Run("WriteError", func(t *testing.T) { testWriteError(t, k.open(t)) })
-	t.Run("CheckDoesNotRaise", func(t *testing.T) { testCheck(t, k.open(t)) })
-	t.Run("ResourceNames", func(t *testing.T) { testResourceNames(t, k.open(t)) })
-	t.Run("Context", func(t *testing.T) { testContext(t, k.open(t)) })
-	t.Run("WritePanics", func(t *testing.T) { testWritePanics(t, k.open(t)) })
-	t.Run("Closed", func(t *testing.T) { testClosed(t, k.open(t)) })
-	if !k.serialWriters {
-		t.Run("SameEpochConcurrent", func(t *testing.T) { testSameEpochConcurrent(t, k.open(t)) })
+// Run runs, as subtests of t, the behaviour every Fence must have.
+func Run(t *testing.T, k Kind) {
+	t.Run("Kleppmann", func(t *testing.T) { testKleppmann(t, k.Open(t)) })
+	t.Run("Refusals", func(t *testing.T) { testRefusals(t, k.Open(t)) })
+	t.Run("WriteError", func(t *testing.T) { testWriteError(t, k.Open(t)) })
+	t.Run("CheckDoesNotRaise", func(t *testing.T) { testCheck(t, k.Open(t)) })
+	t.Run("ResourceNames", func(t *testing.T) { testResourceNames(t, k.Open(t)) })
+	t.Run("Context", func(t *testing.T) { testContext(t, k.Open(t)) })
+	t.Run("WritePanics", func(t *testing.T) { testWritePanics(t, k.Open(t)) })
+	t.Run("Closed", func(t *testing.T) { testClosed(t, k.Open(t)) })
+	if !k.SerialWriters {
+		t.Run("SameEpochConcurrent", func(t *testing.T) { testSameEpochConcurrent(t, k.Open(t)) })
 	}
-	t.Run("RaiseWaitsForOlderWrites", func(t *testing.T) { testRaiseWaits(t, k.open(t)) })
+	t.Run("RaiseWaitsForOlderWrites", func(t *testing.T) { testRaiseWaits(t, k.Open(t)) })
 	t.Run("ConcurrentRandomEpochs", func(t *testing.T) {
-		g, n := k.goroutines, k.ops
+		g, n := k.Goroutines, k.Ops
 		if g == 0 {
 			g, n = 16, 300
 		}
 		if testing.Short() {
 			n /= 4
 		}
-		testConcurrentRandom(t, k.open(t), g, n)
+		ConcurrentRandom(t, g, n, k.Open(t))
 	})
-	if k.reopen != nil {
+	if k.Reopen != nil {
 		t.Run("Reopen", func(t *testing.T) { testReopen(t, k) })
 	}
+}
+
+// ep is an epoch of the suite's cluster.
+func ep(term uint64, leader string) epoch.Epoch {
+	return epoch.Epoch{Cluster: "payments", Term: term, Leader: leader}
 }
 
 func testKleppmann(t *testing.T, f storageguard.Fence) {
@@ -354,76 +364,24 @@ func testRaiseWaits(t *testing.T, f storageguard.Fence) {
 	}
 }
 
-// span is one accepted write: its term and the logical times at which it
-// started and ended.
-type span struct {
-	term       uint64
-	start, end int64
-}
-
-// checkSpans verifies I4 on one resource's accepted writes: ordered by
-// start, terms never decrease; and every write under an older term ended
-// before any write under a newer term started.
-func checkSpans(spans []span) error {
-	if len(spans) == 0 {
-		return nil
+// ConcurrentRandom runs goroutines goroutines of ops calls each, presenting
+// random epochs (mostly near each resource's newest) on three resources,
+// and checks docs/DESIGN.md I4 on the writes that were accepted
+// (CheckSpans), that Highest names the newest accepted term, and that both
+// acceptances and refusals happened. With several fences (handles on one
+// durable state) the goroutines take turns using them; the first one is
+// asked for Highest.
+func ConcurrentRandom(t *testing.T, goroutines, ops int, fences ...storageguard.Fence) {
+	t.Helper()
+	if len(fences) == 0 {
+		t.Fatal("fencetest.ConcurrentRandom: no fence")
 	}
-	byStart := append([]span(nil), spans...)
-	sort.Slice(byStart, func(i, j int) bool { return byStart[i].start < byStart[j].start })
-	for i := 1; i < len(byStart); i++ {
-		if byStart[i].term < byStart[i-1].term {
-			return fmt.Errorf("term %d accepted (started at %d) after term %d (started at %d)",
-				byStart[i].term, byStart[i].start, byStart[i-1].term, byStart[i-1].start)
-		}
-	}
-	byTerm := append([]span(nil), spans...)
-	sort.Slice(byTerm, func(i, j int) bool { return byTerm[i].term < byTerm[j].term })
-	// maxEnd over all strictly older terms must precede every start.
-	var maxEnd int64 = -1
-	var maxEndTerm uint64
-	for i := 0; i < len(byTerm); {
-		j := i
-		for j < len(byTerm) && byTerm[j].term == byTerm[i].term {
-			if byTerm[j].start < maxEnd {
-				return fmt.Errorf("write under term %d started at %d, before a write under older term %d ended at %d",
-					byTerm[j].term, byTerm[j].start, maxEndTerm, maxEnd)
-			}
-			j++
-		}
-		for ; i < j; i++ {
-			if byTerm[i].end > maxEnd {
-				maxEnd, maxEndTerm = byTerm[i].end, byTerm[i].term
-			}
-		}
-	}
-	return nil
-}
-
-func TestCheckSpansDetects(t *testing.T) {
-	good := []span{{1, 0, 3}, {1, 1, 2}, {2, 4, 6}, {2, 5, 7}, {5, 8, 9}}
-	if err := checkSpans(good); err != nil {
-		t.Fatal(err)
-	}
-	overlap := []span{{1, 0, 5}, {2, 4, 6}}
-	if checkSpans(overlap) == nil {
-		t.Fatal("missed an older write still running when a newer started")
-	}
-	late := []span{{2, 0, 1}, {1, 2, 3}}
-	if checkSpans(late) == nil {
-		t.Fatal("missed an older write that started after a newer one")
-	}
-}
-
-// testConcurrentRandom runs many goroutines presenting random epochs,
-// mostly near each resource's newest, and checks I4 on what was accepted.
-func testConcurrentRandom(t *testing.T, f storageguard.Fence, goroutines, ops int, more ...storageguard.Fence) {
-	fences := append([]storageguard.Fence{f}, more...)
 	ctx := context.Background()
 	resources := []string{"r0", "r1", "r2"}
 	var clock atomic.Int64
 	var tops [3]atomic.Uint64
 	var mu sync.Mutex
-	spans := make([][]span, len(resources))
+	spans := make([][]Span, len(resources))
 	var wg sync.WaitGroup
 	var accepted, stale atomic.Int64
 	errc := make(chan error, goroutines)
@@ -446,11 +404,11 @@ func testConcurrentRandom(t *testing.T, f storageguard.Fence, goroutines, ops in
 				}
 				e := ep(term, fmt.Sprintf("n%d", term%3))
 				err := f.Do(ctx, resources[ri], e, func(context.Context) error {
-					s := span{term: term, start: clock.Add(1)}
+					s := Span{Term: term, Start: clock.Add(1)}
 					for k := 0; k < rng.IntN(4); k++ {
 						runtime.Gosched()
 					}
-					s.end = clock.Add(1)
+					s.End = clock.Add(1)
 					mu.Lock()
 					spans[ri] = append(spans[ri], s)
 					mu.Unlock()
@@ -474,15 +432,12 @@ func testConcurrentRandom(t *testing.T, f storageguard.Fence, goroutines, ops in
 		t.Fatal(err)
 	}
 	for ri, r := range resources {
-		if err := checkSpans(spans[ri]); err != nil {
+		if err := CheckSpans(spans[ri]); err != nil {
 			t.Errorf("%s: %v", r, err)
 		}
-		var max uint64
-		for _, s := range spans[ri] {
-			max = maxU(max, s.term)
-		}
-		if h, err := f.Highest(ctx, r); err != nil || h.Term != max {
-			t.Errorf("%s: Highest = %v, %v; want term %d", r, h, err, max)
+		top := maxTerm(spans[ri])
+		if h, err := fences[0].Highest(ctx, r); err != nil || h.Term != top {
+			t.Errorf("%s: Highest = %v, %v; want term %d", r, h, err, top)
 		}
 	}
 	t.Logf("%d accepted, %d stale", accepted.Load(), stale.Load())
@@ -491,16 +446,9 @@ func testConcurrentRandom(t *testing.T, f storageguard.Fence, goroutines, ops in
 	}
 }
 
-func maxU(a, b uint64) uint64 {
-	if a > b {
-		return a
-	}
-	return b
-}
-
-func testReopen(t *testing.T, k fenceKind) {
+func testReopen(t *testing.T, k Kind) {
 	ctx := context.Background()
-	f := k.open(t)
+	f := k.Open(t)
 	for i := 0; i < 20; i++ {
 		if err := f.Admit(ctx, fmt.Sprintf("res-%d", i), ep(uint64(10+i), "a")); err != nil {
 			t.Fatal(err)
@@ -512,7 +460,7 @@ func testReopen(t *testing.T, k fenceKind) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	g := k.reopen(t)
+	g := k.Reopen(t)
 	for i := 0; i < 20; i++ {
 		want := ep(uint64(10+i), "a")
 		if i == 0 {
@@ -528,9 +476,11 @@ func testReopen(t *testing.T, k fenceKind) {
 	}
 }
 
-// testFenceTwoHandles: two fences over one durable state (two processes'
-// view) see each other's raises and exclude each other's writes.
-func testFenceTwoHandles(t *testing.T, a, b storageguard.Fence) {
+// TwoHandles checks two fences over one durable state (as two processes
+// would hold it): each sees the other's raises, refuses what the other made
+// stale, and the random concurrent test holds across both.
+func TwoHandles(t *testing.T, a, b storageguard.Fence) {
+	t.Helper()
 	ctx := context.Background()
 	if err := a.Admit(ctx, "x", ep(33, "node-a")); err != nil {
 		t.Fatal(err)
@@ -544,5 +494,5 @@ func testFenceTwoHandles(t *testing.T, a, b storageguard.Fence) {
 	if h, _ := a.Highest(ctx, "x"); h != ep(34, "node-b") {
 		t.Fatalf("handle a sees %v", h)
 	}
-	testConcurrentRandom(t, a, 16, 200, b)
+	ConcurrentRandom(t, 16, 200, a, b)
 }
