@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/termfence/termfence/storageguard"
 	"github.com/termfence/termfence/storageguard/fencetest"
 )
@@ -52,41 +50,6 @@ func BenchmarkDirSyscalls(b *testing.B) {
 	b.Run("getppid", func(b *testing.B) {
 		for b.Loop() {
 			syscall.Getppid()
-		}
-	})
-}
-
-// BenchmarkBolt adds to benchFile's figures the baseline a Bolt raise is
-// one of: an unguarded bbolt transaction writing one small value. bbolt's
-// commit syncs twice (the data pages, then the meta page that points to
-// them — its crash safety needs that order), so a raise costs what any
-// bbolt write costs, not one fdatasync.
-func BenchmarkBolt(b *testing.B) {
-	fencetest.BenchDurable(b, func(b *testing.B, dir string) storageguard.Fence {
-		f, err := storageguard.OpenBolt(filepath.Join(dir, "fence.db"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		return f
-	})
-	b.Run("baseline-bbolt-update", func(b *testing.B) {
-		db, err := bolt.Open(filepath.Join(b.TempDir(), "x.db"), 0o600, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer db.Close()
-		v := []byte("payments/7/node-a")
-		for b.Loop() {
-			err := db.Update(func(tx *bolt.Tx) error {
-				bk, err := tx.CreateBucketIfNotExists([]byte("x"))
-				if err != nil {
-					return err
-				}
-				return bk.Put([]byte("r"), v)
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
 		}
 	})
 }

@@ -25,7 +25,7 @@ import (
 
 // Environment of the child roles.
 const (
-	envKind = "TF_CHILD_KIND" // bolt, dir or sqlite
+	envKind = "TF_CHILD_KIND" // dir or sqlite
 	envPath = "TF_CHILD_PATH" // the fence's file or directory
 	envLog  = "TF_CHILD_LOG"  // writer: directory of the guarded log files
 	envOps  = "TF_CHILD_OPS"  // writer: operations to run
@@ -44,8 +44,6 @@ func init() {
 // openKind opens a fence of the given kind over path, as a child would.
 func openKind(kind, path string) (storageguard.Fence, error) {
 	switch kind {
-	case "bolt":
-		return storageguard.OpenBolt(path)
 	case "dir":
 		return storageguard.OpenDir(path)
 	case "sqlite":
@@ -71,15 +69,9 @@ type sqlFenceDB struct {
 
 func (f sqlFenceDB) Close() error { f.SQL.Close(); return f.db.Close() }
 
-// openRetry opens the fence, waiting while another process holds a Bolt
-// file (bbolt admits one process at a time).
-func openRetry(kind, path string, deadline time.Time) (storageguard.Fence, error) {
-	for {
-		f, err := openKind(kind, path)
-		if err == nil || !errors.Is(err, storageguard.ErrLocked) || time.Now().After(deadline) {
-			return f, err
-		}
-	}
+// openRetry opens the fence.
+func openRetry(kind, path string, _ time.Time) (storageguard.Fence, error) {
+	return openKind(kind, path)
 }
 
 var mpResources = []string{"acct/1", "acct/2"}
@@ -128,11 +120,6 @@ func childWriter() int {
 		if err != nil && !errors.Is(err, storageguard.ErrStale) {
 			fmt.Fprintln(os.Stderr, "do:", err)
 			return 1
-		}
-		if kind == "bolt" && rng.IntN(4) == 0 {
-			// Let the other processes have the file.
-			f.Close()
-			f = nil
 		}
 	}
 	if f != nil {
@@ -189,13 +176,11 @@ func fencePath(t *testing.T, kind string) string {
 	switch kind {
 	case "dir":
 		return filepath.Join(t.TempDir(), "fence")
-	case "bolt":
-		return filepath.Join(t.TempDir(), "fence.db")
 	}
 	return filepath.Join(t.TempDir(), "fence.sqlite")
 }
 
-var mpKinds = []string{"dir", "bolt", "sqlite"}
+var mpKinds = []string{"dir", "sqlite"}
 
 // TestMultiProcess runs several child processes that guard the same
 // resources through one fence on disk, and checks I4 on the guarded logs.

@@ -12,9 +12,10 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/boltfence"
 )
 
-// boltBackend keeps the fence in a storageguard.Bolt file and the records in
+// boltBackend keeps the fence in a boltfence file and the records in
 // a second bbolt file beside it (bbolt lets one owner open a file; the fence
 // owns its own). The write path is storageguard.Middleware: the record
 // handler runs inside the fence's Do, after a raise is durable, and no newer
@@ -22,7 +23,7 @@ import (
 // under an epoch older than the fence's, and an acknowledged record write is
 // fsynced.
 type boltBackend struct {
-	f  *storageguard.Bolt
+	f  *boltfence.Fence
 	db *bolt.DB
 }
 
@@ -38,7 +39,7 @@ type boltRecord struct {
 
 // openBolt opens the fence at path and the records at path + "-records".
 func openBolt(path string) (*boltBackend, error) {
-	f, err := storageguard.OpenBolt(path)
+	f, err := boltfence.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
