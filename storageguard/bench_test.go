@@ -5,64 +5,11 @@ package storageguard_test
 import (
 	"context"
 	"database/sql"
-	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/termfence/termfence/storageguard"
-	"github.com/termfence/termfence/storageguard/fencetest"
 )
-
-// BenchmarkDirSyscalls measures the system calls a Dir.Do pays when it
-// takes the resource's shared lock from scratch (flock shared + unlock, one
-// pread of the two slots; the intent lock adds another flock pair), and a
-// trivial system call. A same-epoch Do while the process holds the lock
-// makes none (BenchmarkDirSameEpoch).
-func BenchmarkDirSyscalls(b *testing.B) {
-	fh, err := os.Create(filepath.Join(b.TempDir(), "x"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer fh.Close()
-	if _, err := fh.Write(make([]byte, 4608)); err != nil {
-		b.Fatal(err)
-	}
-	fd := int(fh.Fd())
-	b.Run("flock-shared-and-unlock", func(b *testing.B) {
-		for b.Loop() {
-			syscall.Flock(fd, syscall.LOCK_SH)
-			syscall.Flock(fd, syscall.LOCK_UN)
-		}
-	})
-	b.Run("pread-4608", func(b *testing.B) {
-		buf := make([]byte, 4608)
-		for b.Loop() {
-			syscall.Pread(fd, buf, 0)
-		}
-	})
-	b.Run("fstat", func(b *testing.B) {
-		var st syscall.Stat_t
-		for b.Loop() {
-			syscall.Fstat(fd, &st)
-		}
-	})
-	b.Run("getppid", func(b *testing.B) {
-		for b.Loop() {
-			syscall.Getppid()
-		}
-	})
-}
-
-func BenchmarkDir(b *testing.B) {
-	fencetest.BenchDurable(b, func(b *testing.B, dir string) storageguard.Fence {
-		f, err := storageguard.OpenDir(dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return f
-	})
-}
 
 // benchSQL compares SQL.Tx running one UPDATE with the same UPDATE in a
 // plain transaction (target ratio <= 1.15).

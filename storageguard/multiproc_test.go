@@ -44,8 +44,6 @@ func init() {
 // openKind opens a fence of the given kind over path, as a child would.
 func openKind(kind, path string) (storageguard.Fence, error) {
 	switch kind {
-	case "dir":
-		return storageguard.OpenDir(path)
 	case "sqlite":
 		db, err := sql.Open("sqlite", sqliteDSN(path))
 		if err != nil {
@@ -174,13 +172,11 @@ func childCmd(tb testing.TB, role string, env ...string) *exec.Cmd {
 
 func fencePath(t *testing.T, kind string) string {
 	switch kind {
-	case "dir":
-		return filepath.Join(t.TempDir(), "fence")
 	}
 	return filepath.Join(t.TempDir(), "fence.sqlite")
 }
 
-var mpKinds = []string{"dir", "sqlite"}
+var mpKinds = []string{"sqlite"}
 
 // TestMultiProcess runs several child processes that guard the same
 // resources through one fence on disk, and checks I4 on the guarded logs.

@@ -1,6 +1,6 @@
-//go:build unix
+//go:build unix && !aix
 
-package storageguard_test
+package dirfence_test
 
 import (
 	"context"
@@ -11,17 +11,18 @@ import (
 	"time"
 
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/dirfence"
 	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
-func openDir(t *testing.T, dir string) *storageguard.Dir {
+func open(t *testing.T, dir string) *dirfence.Fence {
 	t.Helper()
-	return openDirWith(t, dir, storageguard.DirOptions{})
+	return openWith(t, dir, dirfence.Options{})
 }
 
-func openDirWith(t *testing.T, dir string, o storageguard.DirOptions) *storageguard.Dir {
+func openWith(t *testing.T, dir string, o dirfence.Options) *dirfence.Fence {
 	t.Helper()
-	d, err := storageguard.OpenDirWith(dir, o)
+	d, err := dirfence.OpenWith(dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,24 +40,38 @@ func fenceFile(t *testing.T, dir string) string {
 	return files[0]
 }
 
-func TestDir(t *testing.T) {
+func TestFence(t *testing.T) {
 	var dir string
 	fencetest.Run(t, fencetest.Kind{
 		Open: func(t *testing.T) storageguard.Fence {
 			dir = t.TempDir()
-			return openDir(t, dir)
+			return open(t, dir)
 		},
-		Reopen:     func(t *testing.T) storageguard.Fence { return openDir(t, dir) },
+		Reopen:     func(t *testing.T) storageguard.Fence { return open(t, dir) },
 		Goroutines: 16, Ops: 300,
 	})
 }
 
-// TestDirNamesStayInside: every resource name, however hostile, maps to a
+// TestMultiProcess: processes that share the directory never let an older
+// epoch's write overlap a newer one's.
+func TestMultiProcess(t *testing.T) {
+	t.Parallel()
+	fencetest.MultiProcess(t, durable)
+}
+
+// TestCrashDurability: no acknowledged raise is lost to a SIGKILL, however
+// the raise was torn.
+func TestCrashDurability(t *testing.T) {
+	t.Parallel()
+	fencetest.CrashDurability(t, durable)
+}
+
+// TestNamesStayInside: every resource name, however hostile, maps to a
 // file directly inside the fence directory.
-func TestDirNamesStayInside(t *testing.T) {
+func TestNamesStayInside(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "fence")
-	d := openDir(t, dir)
+	d := open(t, dir)
 	ctx := context.Background()
 	names := []string{"../outside", "../../etc/passwd", "/abs", "a/../../b", ".", "..", "\x00", strings.Repeat("../", 300)}
 	for i, n := range names {
@@ -88,25 +103,25 @@ func TestDirNamesStayInside(t *testing.T) {
 	}
 }
 
-// TestDirTwoHandles: two Dir values on one directory behave like two
+// TestTwoHandles: two fences on one directory behave like two
 // processes (flock locks open file descriptions, not processes).
-func TestDirTwoHandles(t *testing.T) {
+func TestTwoHandles(t *testing.T) {
 	dir := t.TempDir()
-	fencetest.TwoHandles(t, openDir(t, dir), openDir(t, dir))
+	fencetest.TwoHandles(t, open(t, dir), open(t, dir))
 }
 
-// TestDirTwoHandlesSticky: the same with shared locks that are never let go
+// TestTwoHandlesSticky: the same with shared locks that are never let go
 // for idleness, so each handle's raises get through only because the other
 // probes for them and yields.
-func TestDirTwoHandlesSticky(t *testing.T) {
+func TestTwoHandlesSticky(t *testing.T) {
 	dir := t.TempDir()
-	o := storageguard.DirOptions{Linger: time.Hour}
-	fencetest.TwoHandles(t, openDirWith(t, dir, o), openDirWith(t, dir, o))
+	o := dirfence.Options{Linger: time.Hour}
+	fencetest.TwoHandles(t, openWith(t, dir, o), openWith(t, dir, o))
 }
 
-func TestDirCorruptFile(t *testing.T) {
+func TestCorruptFile(t *testing.T) {
 	dir := t.TempDir()
-	d := openDir(t, dir)
+	d := open(t, dir)
 	ctx := context.Background()
 	if err := d.Admit(ctx, "r", ep(3, "a")); err != nil {
 		t.Fatal(err)
@@ -123,13 +138,13 @@ func TestDirCorruptFile(t *testing.T) {
 	}
 }
 
-// TestDirTornRaise: a raise rewrites one slot in place; a crash that tears
+// TestTornRaise: a raise rewrites one slot in place; a crash that tears
 // that write leaves the other slot, the previous durable highest, to be read.
 // Raises after the first keep the same inode (no rename).
-func TestDirTornRaise(t *testing.T) {
+func TestTornRaise(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	d := openDir(t, dir)
+	d := open(t, dir)
 	for term := uint64(3); term <= 4; term++ {
 		if err := d.Admit(ctx, "r", ep(term, "a")); err != nil {
 			t.Fatal(err)
@@ -160,7 +175,7 @@ func TestDirTornRaise(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	d2 := openDir(t, dir)
+	d2 := open(t, dir)
 	if h, err := d2.Highest(ctx, "r"); err != nil || h != ep(4, "a") {
 		t.Fatalf("Highest after a torn raise = %v, %v; want the previous record %v", h, err, ep(4, "a"))
 	}
@@ -171,7 +186,7 @@ func TestDirTornRaise(t *testing.T) {
 		t.Fatal(err)
 	}
 	d2.Close()
-	if h, err := openDir(t, dir).Highest(ctx, "r"); err != nil || h != ep(6, "a") {
+	if h, err := open(t, dir).Highest(ctx, "r"); err != nil || h != ep(6, "a") {
 		t.Fatalf("Highest after reopen = %v, %v; want %v", h, err, ep(6, "a"))
 	}
 }

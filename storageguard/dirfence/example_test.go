@@ -1,6 +1,6 @@
-//go:build unix
+//go:build unix && !aix
 
-package storageguard_test
+package dirfence_test
 
 import (
 	"context"
@@ -11,14 +11,15 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/dirfence"
 )
 
-// Two processes (here two Dir values, which flock treats alike) share a
+// Two processes (here two Fence values, which flock treats alike) share a
 // fence directory. The first keeps writing under term 33 without a system
 // call per write; the second raises to term 34, which waits for the first's
 // write in flight and makes the first let go of its lock, and from then on
 // term 33 is refused.
-func ExampleOpenDirWith() {
+func ExampleOpenWith() {
 	dir, err := os.MkdirTemp("", "fence")
 	if err != nil {
 		fmt.Println(err)
@@ -28,13 +29,13 @@ func ExampleOpenDirWith() {
 	ctx := context.Background()
 	// A longer linger keeps the shared lock between bursts of writes; a
 	// raise elsewhere still gets it within about one probe interval.
-	a, err := storageguard.OpenDirWith(dir, storageguard.DirOptions{Linger: time.Second, Probe: time.Millisecond})
+	a, err := dirfence.OpenWith(dir, dirfence.Options{Linger: time.Second, Probe: time.Millisecond})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer a.Close()
-	b, err := storageguard.OpenDir(dir)
+	b, err := dirfence.Open(dir)
 	if err != nil {
 		fmt.Println(err)
 		return

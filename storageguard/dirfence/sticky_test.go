@@ -1,12 +1,13 @@
-//go:build unix
+//go:build unix && !aix
 
-package storageguard_test
+package dirfence_test
 
 import (
 	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,45 +16,33 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/dirfence"
 	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
-// Environment of the Dir raise children.
-const (
-	envResource = "TF_CHILD_RESOURCE" // dirraise: the resource to raise
-	envTerm     = "TF_CHILD_TERM"     // dirraise: the term to raise to
-)
-
-func init() {
-	childRoles["dirraise"] = childDirRaise
-	childRoles["dirraiseserve"] = childDirRaiseServe
-}
-
-// childDirRaise raises one resource of the Dir at envPath to envTerm with a
-// write that appends "S term id" and "E term id" to the guarded log at
-// envLog, and prints how long its Do waited before the write ran (ns).
+// childDirRaise raises one resource of the fence at envPath to envTerm with
+// a write that appends a span (writer: its pid) to the span log at envLog,
+// and prints how long its Do waited before the write ran (ns).
 func childDirRaise() int {
 	path, logPath, r := os.Getenv(envPath), os.Getenv(envLog), os.Getenv(envResource)
 	term, _ := strconv.ParseUint(os.Getenv(envTerm), 10, 64)
-	d, err := storageguard.OpenDir(path)
+	d, err := dirfence.Open(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		return 1
 	}
 	defer d.Close()
-	id := fmt.Sprintf("%d %d", term, os.Getpid())
 	start := time.Now()
 	var waited time.Duration
 	err = d.Do(context.Background(), r, ep(term, "n1"), func(context.Context) error {
 		waited = time.Since(start)
-		return appendLog(logPath, func() {}, "S "+id+"\n", "E "+id+"\n")
+		return fencetest.AppendSpan(logPath, term, os.Getpid(), nil)
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "do:", err)
@@ -63,11 +52,11 @@ func childDirRaise() int {
 	return 0
 }
 
-// childDirRaiseServe raises envResource of the Dir at envPath to each term
+// childDirRaiseServe raises envResource of the fence at envPath to each term
 // it reads from stdin, one per line, and answers each with the time Admit
 // took (ns).
 func childDirRaiseServe() int {
-	d, err := storageguard.OpenDir(os.Getenv(envPath))
+	d, err := dirfence.Open(os.Getenv(envPath))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		return 1
@@ -102,8 +91,8 @@ func exclusiveFree(t *testing.T, path string) bool {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
 			return false
 		}
 		t.Fatal(err)
@@ -134,27 +123,27 @@ func runRaiser(t *testing.T, cmd *exec.Cmd, behind func() string) {
 	}
 }
 
-func TestDirOptionsValidate(t *testing.T) {
-	for _, o := range []storageguard.DirOptions{{Linger: -1}, {Probe: -time.Millisecond}} {
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []dirfence.Options{{Linger: -1}, {Probe: -time.Millisecond}} {
 		if err := o.Validate(); !errors.Is(err, storageguard.ErrBadConfig) {
 			t.Errorf("%+v: Validate = %v, want ErrBadConfig", o, err)
 		}
-		if _, err := storageguard.OpenDirWith(t.TempDir(), o); !errors.Is(err, storageguard.ErrBadConfig) {
-			t.Errorf("%+v: OpenDirWith = %v, want ErrBadConfig", o, err)
+		if _, err := dirfence.OpenWith(t.TempDir(), o); !errors.Is(err, storageguard.ErrBadConfig) {
+			t.Errorf("%+v: OpenWith = %v, want ErrBadConfig", o, err)
 		}
 	}
-	if err := (storageguard.DirOptions{}).Validate(); err != nil {
+	if err := (dirfence.Options{}).Validate(); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestDirStickyLingerRelease: after a same-epoch write the process keeps the
+// TestStickyLingerRelease: after a same-epoch write the process keeps the
 // shared lock (no other process can raise meanwhile, so the next write needs
 // no re-read), and lets it go once it has been idle for the linger.
-func TestDirStickyLingerRelease(t *testing.T) {
+func TestStickyLingerRelease(t *testing.T) {
 	dir := t.TempDir()
 	// A probe interval of an hour: only the linger can release the lock.
-	d := openDirWith(t, dir, storageguard.DirOptions{Linger: 20 * time.Millisecond, Probe: time.Hour})
+	d := openWith(t, dir, dirfence.Options{Linger: 20 * time.Millisecond, Probe: time.Hour})
 	ctx := context.Background()
 	if err := d.Admit(ctx, "r", ep(3, "a")); err != nil {
 		t.Fatal(err)
@@ -169,7 +158,7 @@ func TestDirStickyLingerRelease(t *testing.T) {
 	if !held && heldFor < 20*time.Millisecond {
 		t.Fatalf("the shared lock was let go %v after the write, before the 20ms linger", heldFor)
 	}
-	pxWaitFor(t, func() bool { return exclusiveFree(t, path) }, "the idle Dir to let its shared lock go")
+	waitFor(t, func() bool { return exclusiveFree(t, path) }, "the idle Dir to let its shared lock go")
 	// And it is taken again by the next write.
 	if err := d.Do(ctx, "r", ep(3, "a"), func(context.Context) error {
 		if exclusiveFree(t, path) {
@@ -181,19 +170,19 @@ func TestDirStickyLingerRelease(t *testing.T) {
 	}
 }
 
-// TestDirStickyYieldsToOtherProcessBusy (issue test i): a raise from another
+// TestStickyYieldsToOtherProcessBusy (issue test i): a raise from another
 // process completes while this process runs unbroken loops of same-epoch
 // Dos from several goroutines (with plain flock, or a sticky lock that never
 // yields, it would wait for ever), no write under the old epoch overlaps the
 // raiser's write, and this process's old epoch is refused afterwards.
-func TestDirStickyYieldsToOtherProcessBusy(t *testing.T) {
-	for _, o := range []storageguard.DirOptions{
+func TestStickyYieldsToOtherProcessBusy(t *testing.T) {
+	for _, o := range []dirfence.Options{
 		{},                  // defaults: 1ms probe, 1ms linger
 		{Linger: time.Hour}, // never idle: only the probe can yield
 	} {
 		t.Run(fmt.Sprintf("linger=%v", o.Linger), func(t *testing.T) {
 			dir, logPath := t.TempDir(), filepath.Join(t.TempDir(), "r.log")
-			d := openDirWith(t, dir, o)
+			d := openWith(t, dir, o)
 			ctx := context.Background()
 			const r = "acct/7"
 			if err := d.Admit(ctx, r, ep(5, "a")); err != nil {
@@ -211,12 +200,12 @@ func TestDirStickyYieldsToOtherProcessBusy(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					id := fmt.Sprintf("5 %d", 1_000_000+g) // distinct from any pid
+					writer := 1_000_000 + g // distinct from any pid
 					var err error
 					for !stop.Load() {
 						err = d.Do(ctx, r, ep(5, "a"), func(context.Context) error {
 							writes.Add(1)
-							return appendLog(logPath, func() {}, "S "+id+"\n", "E "+id+"\n")
+							return fencetest.AppendSpan(logPath, 5, writer, nil)
 						})
 						if err != nil {
 							break
@@ -228,7 +217,7 @@ func TestDirStickyYieldsToOtherProcessBusy(t *testing.T) {
 				}()
 			}
 			defer func() { stop.Store(true); wg.Wait() }()
-			pxWaitFor(t, func() bool { return writes.Load() > 100 }, "the loops to write")
+			waitFor(t, func() bool { return writes.Load() > 100 }, "the loops to write")
 			cmd := childCmd(t, "dirraise", envPath+"="+dir, envLog+"="+logPath, envResource+"="+r, envTerm+"=6")
 			var stdout strings.Builder
 			cmd.Stdout = &stdout
@@ -262,12 +251,12 @@ func TestDirStickyYieldsToOtherProcessBusy(t *testing.T) {
 	}
 }
 
-// TestDirStickyYieldsToOtherProcessIdle (issue test ii): this process holds
+// TestStickyYieldsToOtherProcessIdle (issue test ii): this process holds
 // the shared lock, idle, with a linger of an hour; a raise from another
 // process still completes (the holder's timer probes the intent lock).
-func TestDirStickyYieldsToOtherProcessIdle(t *testing.T) {
+func TestStickyYieldsToOtherProcessIdle(t *testing.T) {
 	dir, logPath := t.TempDir(), filepath.Join(t.TempDir(), "r.log")
-	d := openDirWith(t, dir, storageguard.DirOptions{Linger: time.Hour})
+	d := openWith(t, dir, dirfence.Options{Linger: time.Hour})
 	ctx := context.Background()
 	if err := d.Admit(ctx, "r", ep(5, "a")); err != nil {
 		t.Fatal(err)
@@ -285,20 +274,20 @@ func TestDirStickyYieldsToOtherProcessIdle(t *testing.T) {
 	}
 }
 
-// TestDirStickyHandlesBusy: the busy case between three Dir values in one
+// TestStickyHandlesBusy: the busy case between three Dir values in one
 // process (flock treats them as three processes), many rounds: each raise by
 // b completes while a1's and a2's goroutines write under the epoch before.
 // With two holders whose shared locks overlap, only writer preference (the
 // intent lock) gives the raiser a moment when nobody holds the lock: a
 // holder that let go for a raiser and took the lock straight back would
 // overlap the other and starve the raiser.
-func TestDirStickyHandlesBusy(t *testing.T) {
+func TestStickyHandlesBusy(t *testing.T) {
 	dir := t.TempDir()
-	holders := []*storageguard.Dir{
-		openDirWith(t, dir, storageguard.DirOptions{Linger: time.Hour}),
-		openDirWith(t, dir, storageguard.DirOptions{Linger: time.Hour}),
+	holders := []*dirfence.Fence{
+		openWith(t, dir, dirfence.Options{Linger: time.Hour}),
+		openWith(t, dir, dirfence.Options{Linger: time.Hour}),
 	}
-	b := openDir(t, dir)
+	b := open(t, dir)
 	ctx := context.Background()
 	var top atomic.Uint64
 	top.Store(1)
@@ -338,7 +327,7 @@ func TestDirStickyHandlesBusy(t *testing.T) {
 	defer func() { stop.Store(true); wg.Wait() }()
 	for round := 0; round < 20; round++ {
 		n := writes.Load()
-		pxWaitFor(t, func() bool { return writes.Load() > n+10 }, "the holders to write")
+		waitFor(t, func() bool { return writes.Load() > n+10 }, "the holders to write")
 		next := top.Load() + 1
 		done := make(chan error, 1)
 		go func() {
@@ -372,26 +361,26 @@ func TestDirStickyHandlesBusy(t *testing.T) {
 	}
 }
 
-// TestDirWriterPreference: a process that takes the shared lock from scratch
+// TestWriterPreference: a process that takes the shared lock from scratch
 // queues behind a raiser that is already waiting, even though flock(2)
 // itself would grant it at once. The injected fault: a locker outside the
 // protocol (as a process running an older version would) holds the fence
 // file shared and keeps the raiser waiting.
-func TestDirWriterPreference(t *testing.T) {
+func TestWriterPreference(t *testing.T) {
 	dir := t.TempDir()
-	a, b := openDir(t, dir), openDir(t, dir)
+	a, b := open(t, dir), open(t, dir)
 	ctx := context.Background()
 	if err := a.Do(ctx, "r", ep(5, "x"), func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	path := fenceFile(t, dir)
-	pxWaitFor(t, func() bool { return exclusiveFree(t, path) }, "a to let its idle shared lock go")
+	waitFor(t, func() bool { return exclusiveFree(t, path) }, "a to let its idle shared lock go")
 	outsider, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer outsider.Close()
-	if err := syscall.Flock(int(outsider.Fd()), syscall.LOCK_SH); err != nil {
+	if err := unix.Flock(int(outsider.Fd()), unix.LOCK_SH); err != nil {
 		t.Fatal(err)
 	}
 	raised := make(chan error, 1)
@@ -401,11 +390,11 @@ func TestDirWriterPreference(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer intent.Close()
-	pxWaitFor(t, func() bool {
-		if syscall.Flock(int(intent.Fd()), syscall.LOCK_SH|syscall.LOCK_NB) != nil {
+	waitFor(t, func() bool {
+		if unix.Flock(int(intent.Fd()), unix.LOCK_SH|unix.LOCK_NB) != nil {
 			return true
 		}
-		syscall.Flock(int(intent.Fd()), syscall.LOCK_UN)
+		unix.Flock(int(intent.Fd()), unix.LOCK_UN)
 		return false
 	}, "the raiser to take the intent lock")
 	var ran atomic.Bool
@@ -420,7 +409,7 @@ func TestDirWriterPreference(t *testing.T) {
 		t.Fatalf("the raise returned (%v) while the fence file was locked shared", err)
 	case <-time.After(50 * time.Millisecond): // the outsider's hold, the injected fault
 	}
-	syscall.Flock(int(outsider.Fd()), syscall.LOCK_UN)
+	unix.Flock(int(outsider.Fd()), unix.LOCK_UN)
 	if err := recv(t, raised, "the raise after the outsider let go"); err != nil {
 		t.Fatal(err)
 	}
@@ -432,12 +421,12 @@ func TestDirWriterPreference(t *testing.T) {
 	}
 }
 
-// TestDirStickySameProcessRaise (issue test iii): a raise in this process
+// TestStickySameProcessRaise (issue test iii): a raise in this process
 // while other goroutines write under the current epoch: it waits for them,
 // completes, and the older epoch is refused from then on. Timers that would
 // never fire show that the in-process path does not depend on them.
-func TestDirStickySameProcessRaise(t *testing.T) {
-	d := openDirWith(t, t.TempDir(), storageguard.DirOptions{Linger: time.Hour, Probe: time.Hour})
+func TestStickySameProcessRaise(t *testing.T) {
+	d := openWith(t, t.TempDir(), dirfence.Options{Linger: time.Hour, Probe: time.Hour})
 	ctx := context.Background()
 	if err := d.Admit(ctx, "r", ep(1, "a")); err != nil {
 		t.Fatal(err)
@@ -505,12 +494,12 @@ func TestDirStickySameProcessRaise(t *testing.T) {
 	}
 }
 
-// TestDirCloseReleasesStickyLocks (issue test v): Close with shared locks
+// TestCloseReleasesStickyLocks (issue test v): Close with shared locks
 // held and timers armed stops every goroutine and drops every lock.
-func TestDirCloseReleasesStickyLocks(t *testing.T) {
+func TestCloseReleasesStickyLocks(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	dir := t.TempDir()
-	d, err := storageguard.OpenDirWith(dir, storageguard.DirOptions{Linger: time.Hour})
+	d, err := dirfence.OpenWith(dir, dirfence.Options{Linger: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,7 +532,7 @@ func TestDirCloseReleasesStickyLocks(t *testing.T) {
 	}
 	goleak.VerifyNone(t, ignore)
 	// A Close while a raiser waits in another handle lets it through.
-	a, b := openDirWith(t, dir, storageguard.DirOptions{Linger: time.Hour, Probe: time.Hour}), openDir(t, dir)
+	a, b := openWith(t, dir, dirfence.Options{Linger: time.Hour, Probe: time.Hour}), open(t, dir)
 	if err := a.Do(ctx, "r0", ep(2, "a"), func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -569,7 +558,7 @@ func BenchmarkDirRaiseUnderLoad(b *testing.B) {
 	for _, load := range []int{0, 2} {
 		b.Run(fmt.Sprintf("writers=%d", load), func(b *testing.B) {
 			dir := b.TempDir()
-			d, err := storageguard.OpenDir(dir)
+			d, err := dirfence.Open(dir)
 			if err != nil {
 				b.Fatal(err)
 			}
