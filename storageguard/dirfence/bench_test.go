@@ -66,8 +66,6 @@ func BenchmarkDir(b *testing.B) {
 	})
 }
 
-// benchSQL compares SQL.Tx running one UPDATE with the same UPDATE in a
-
 // BenchmarkDirSameEpoch sets a same-epoch Do (the process holds the
 // resource's shared lock: no system call) beside the unguarded write it
 // would typically protect, a map write under a mutex, serial and with

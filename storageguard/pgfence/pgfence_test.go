@@ -1,7 +1,8 @@
-package storageguard_test
+package pgfence_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -12,11 +13,30 @@ import (
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
 	"github.com/termfence/termfence/storageguard/fencetest"
+	"github.com/termfence/termfence/storageguard/internal/sqltest"
 	"github.com/termfence/termfence/storageguard/pgfence"
+	"github.com/termfence/termfence/storageguard/sqlfence"
 )
 
-// These tests run pgfence through the fence suite of this package; they
-// need TERMFENCE_POSTGRES_DSN, like the SQL fence's PostgreSQL tests.
+func ep(term uint64, leader string) epoch.Epoch {
+	return epoch.Epoch{Cluster: "payments", Term: term, Leader: leader}
+}
+
+// openSQL opens sqlfence's PostgreSQL fence over db, closed when the test
+// ends.
+func openSQL(t testing.TB, db *sql.DB) *sqlfence.Fence {
+	t.Helper()
+	f, err := sqlfence.Open(context.Background(), db, sqlfence.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// These tests run pgfence through the fencetest suite; they need
+// TERMFENCE_POSTGRES_DSN (sqltest.PostgresEnv), like sqlfence's PostgreSQL
+// tests.
 
 // roundTrips counts what a pool sends: batches and single queries (each
 // one round trip).
@@ -65,7 +85,7 @@ func TestPgfence(t *testing.T) {
 	var dsn string
 	fencetest.Run(t, fencetest.Kind{
 		Open: func(t *testing.T) storageguard.Fence {
-			dsn = postgresDSN(t)
+			dsn = sqltest.PostgresDSN(t)
 			return openPgfence(t, openPgxPool(t, dsn, nil))
 		},
 		Reopen: func(t *testing.T) storageguard.Fence {
@@ -73,7 +93,7 @@ func TestPgfence(t *testing.T) {
 		},
 		Goroutines: 8, Ops: 60,
 	})
-	t.Run("Tx", func(t *testing.T) { testPgfenceTx(t, openPgxPool(t, postgresDSN(t), nil)) })
+	t.Run("Tx", func(t *testing.T) { testPgfenceTx(t, openPgxPool(t, sqltest.PostgresDSN(t), nil)) })
 }
 
 // testPgfenceTx runs fencetest.TxAtomic over pgfence's Tx, then checks TxWith's
@@ -131,7 +151,7 @@ func testPgfenceTx(t *testing.T, pool *pgxpool.Pool) {
 func TestPgfenceCheckRidesWithBegin(t *testing.T) {
 	ctx := context.Background()
 	rt := &roundTrips{}
-	pool := openPgxPool(t, postgresDSN(t), rt)
+	pool := openPgxPool(t, sqltest.PostgresDSN(t), rt)
 	f := openPgfence(t, pool)
 	e := ep(7, "node-a")
 	if err := f.Admit(ctx, "r", e); err != nil {
@@ -154,7 +174,7 @@ func TestPgfenceCheckRidesWithBegin(t *testing.T) {
 // TestPgfenceSameEpochTxConcurrent: two transactions under one epoch hold
 // the fence row FOR SHARE together.
 func TestPgfenceSameEpochTxConcurrent(t *testing.T) {
-	f := openPgfence(t, openPgxPool(t, postgresDSN(t), nil))
+	f := openPgfence(t, openPgxPool(t, sqltest.PostgresDSN(t), nil))
 	fencetest.TxSameEpochConcurrent(t, f, func(ctx context.Context, e epoch.Epoch, body func() error) error {
 		return f.Tx(ctx, "r", e, func(pgx.Tx) error { return body() })
 	})
@@ -169,30 +189,41 @@ func (f pgTxFence) Do(ctx context.Context, resource string, e epoch.Epoch, write
 }
 
 func TestPgfenceTxConcurrentRandomEpochs(t *testing.T) {
-	fencetest.ConcurrentRandom(t, 8, 60, pgTxFence{openPgfence(t, openPgxPool(t, postgresDSN(t), nil))})
+	fencetest.ConcurrentRandom(t, 8, 60, pgTxFence{openPgfence(t, openPgxPool(t, sqltest.PostgresDSN(t), nil))})
 }
 
-// TestPgfenceSharesSQLTable: pgfence and the SQL fence's PostgreSQL dialect
+// TestPgfenceSharesSQLTable: pgfence and sqlfence's PostgreSQL dialect
 // guard the same rows, so processes may mix them.
 func TestPgfenceSharesSQLTable(t *testing.T) {
-	dsn := postgresDSN(t)
-	a := openSQL(t, openPostgresDB(t, dsn), storageguard.Postgres)
+	dsn := sqltest.PostgresDSN(t)
+	a := openSQL(t, sqltest.OpenPostgres(t, dsn))
 	b := openPgfence(t, openPgxPool(t, dsn, nil))
 	fencetest.TwoHandles(t, a, b)
 }
 
 // BenchmarkPgfence puts the PostgreSQL fences beside their baselines in one
-// run: the same one-UPDATE transaction unguarded and guarded by SQL.Tx
-// through database/sql (benchSQL: database/sql sends BEGIN alone, so the
-// check costs a round trip of its own), then unguarded and guarded by
+// run: the same one-UPDATE transaction unguarded and guarded by sqlfence's
+// Tx through database/sql (sqltest.BenchTx: database/sql sends BEGIN alone,
+// so the check costs a round trip of its own), then unguarded and guarded by
 // pgfence's Tx through pgx (the check rides with BEGIN). One connection
 // each, so the figures are round-trip latency.
 func BenchmarkPgfence(b *testing.B) {
 	ctx := context.Background()
-	dsn := postgresDSN(b)
-	db := openPostgresDB(b, dsn)
+	dsn := sqltest.PostgresDSN(b)
+	db := sqltest.OpenPostgres(b, dsn)
 	db.SetMaxOpenConns(1)
-	benchSQL(b, db, storageguard.Postgres, "$1")
+	sf, err := sqlfence.Open(ctx, db, sqlfence.Postgres)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sf.Close()
+	e := ep(7, "node-a")
+	if err := sf.Admit(ctx, "files/f", e); err != nil {
+		b.Fatal(err)
+	}
+	sqltest.BenchTx(b, db, "$1", func(ctx context.Context, fn func(*sql.Tx) error) error {
+		return sf.Tx(ctx, "files/f", e, fn)
+	})
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		b.Fatal(err)
@@ -204,8 +235,7 @@ func BenchmarkPgfence(b *testing.B) {
 	}
 	defer pool.Close()
 	f := openPgfence(b, pool)
-	const update = "UPDATE bench_files SET n = n + 1 WHERE id = $1" // benchSQL's table
-	e := ep(7, "node-a")
+	const update = "UPDATE bench_files SET n = n + 1 WHERE id = $1" // BenchTx's table
 	if err := f.Admit(ctx, "files/f", e); err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package storageguard
+package sqlfence
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard"
 	"github.com/termfence/termfence/storageguard/internal/txretry"
 )
 
@@ -40,18 +41,18 @@ func (d Dialect) String() string {
 	return fmt.Sprintf("Dialect(%d)", int(d))
 }
 
-// ErrBadDialect is returned by OpenSQL for a Dialect it does not know.
-var ErrBadDialect = errors.New("storageguard: unknown SQL dialect")
+// ErrBadDialect is returned by Open for a Dialect it does not know.
+var ErrBadDialect = errors.New("sqlfence: unknown SQL dialect")
 
-// sqlMaxAttempts bounds the retries of a transaction that failed with a
+// maxAttempts bounds the retries of a transaction that failed with a
 // serialization failure, a deadlock or SQLITE_BUSY.
-const sqlMaxAttempts = 10
+const maxAttempts = 10
 
-// SQL is a durable Fence in a table of an SQL database, and the way to make
-// the check part of the transaction that writes: Tx runs a function in the
-// same transaction that checks (and, if newer, raises) the epoch, so the
-// write commits only if the epoch is still the highest — the seed's
-// "UPDATE … WHERE fence <= :token", made general.
+// Fence is a durable storageguard.Fence in a table of an SQL database, and
+// the way to make the check part of the transaction that writes: Tx runs a
+// function in the same transaction that checks (and, if newer, raises) the
+// epoch, so the write commits only if the epoch is still the highest — the
+// seed's "UPDATE … WHERE fence <= :token", made general.
 //
 // The table is termfence_fence(resource BYTEA/BLOB PRIMARY KEY, cluster
 // TEXT, term BIGINT, leader TEXT), created if missing (the resource name is
@@ -68,7 +69,7 @@ const sqlMaxAttempts = 10
 // (docs/PERFORMANCE.md has the figures). Programs that use pgx directly can
 // use package storageguard/pgfence, which guards the same table and sends
 // the check with BEGIN.
-type SQL struct {
+type Fence struct {
 	db     *sql.DB
 	d      Dialect
 	closed atomic.Bool
@@ -81,29 +82,29 @@ type SQL struct {
 	stLock, stSelect *sql.Stmt
 }
 
-var _ Fence = (*SQL)(nil)
+var _ storageguard.Fence = (*Fence)(nil)
 
-// OpenSQL returns a fence over db, creating its table if missing. The
+// Open returns a fence over db, creating its table if missing. The
 // caller keeps ownership of db: Close does not close it.
-func OpenSQL(ctx context.Context, db *sql.DB, d Dialect) (*SQL, error) {
+func Open(ctx context.Context, db *sql.DB, d Dialect) (*Fence, error) {
 	if db == nil {
-		return nil, errors.New("storageguard: OpenSQL: nil *sql.DB")
+		return nil, errors.New("sqlfence: Open: nil *sql.DB")
 	}
-	s := &SQL{db: db, d: d}
+	f := &Fence{db: db, d: d}
 	const cols = "cluster, term, leader FROM termfence_fence WHERE resource = "
 	switch d {
 	case SQLite:
-		s.qInsert = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES (?, ?, ?, ?) ON CONFLICT (resource) DO NOTHING"
-		s.qSelectPlain = "SELECT " + cols + "?"
-		s.qSelectShared, s.qSelectUpdate = s.qSelectPlain, s.qSelectPlain
-		s.qUpdate = "UPDATE termfence_fence SET cluster = ?, term = ?, leader = ? WHERE resource = ?"
+		f.qInsert = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES (?, ?, ?, ?) ON CONFLICT (resource) DO NOTHING"
+		f.qSelectPlain = "SELECT " + cols + "?"
+		f.qSelectShared, f.qSelectUpdate = f.qSelectPlain, f.qSelectPlain
+		f.qUpdate = "UPDATE termfence_fence SET cluster = ?, term = ?, leader = ? WHERE resource = ?"
 		// A write statement that matches no row (terms are > 0): it takes
 		// SQLite's write lock and changes nothing.
-		s.qLock = "UPDATE termfence_fence SET term = term WHERE resource = ? AND term < 0"
-		s.qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BLOB PRIMARY KEY, cluster TEXT NOT NULL, term INTEGER NOT NULL, leader TEXT NOT NULL)"
+		f.qLock = "UPDATE termfence_fence SET term = term WHERE resource = ? AND term < 0"
+		f.qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BLOB PRIMARY KEY, cluster TEXT NOT NULL, term INTEGER NOT NULL, leader TEXT NOT NULL)"
 	case Postgres:
-		s.qInsert = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES ($1, $2, $3, $4) ON CONFLICT (resource) DO NOTHING"
-		s.qSelectPlain = "SELECT " + cols + "$1"
+		f.qInsert = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES ($1, $2, $3, $4) ON CONFLICT (resource) DO NOTHING"
+		f.qSelectPlain = "SELECT " + cols + "$1"
 		// FOR SHARE, not an advisory lock: measured, a plain SELECT (no
 		// lock at all), FOR KEY SHARE, and pg_advisory_xact_lock_shared
 		// followed by a SELECT cost the same or more; the check's cost is
@@ -111,38 +112,38 @@ func OpenSQL(ctx context.Context, db *sql.DB, d Dialect) (*SQL, error) {
 		// SERIALIZABLE (a raise committed after the snapshot fails the lock
 		// with a serialization error, which is retried), where a lock taken
 		// in the transaction's first statement would come after its snapshot.
-		s.qSelectShared = s.qSelectPlain + " FOR SHARE"
-		s.qSelectUpdate = s.qSelectPlain + " FOR UPDATE"
-		s.qUpdate = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
-		s.qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BYTEA PRIMARY KEY, cluster TEXT NOT NULL, term BIGINT NOT NULL, leader TEXT NOT NULL)"
+		f.qSelectShared = f.qSelectPlain + " FOR SHARE"
+		f.qSelectUpdate = f.qSelectPlain + " FOR UPDATE"
+		f.qUpdate = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
+		f.qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BYTEA PRIMARY KEY, cluster TEXT NOT NULL, term BIGINT NOT NULL, leader TEXT NOT NULL)"
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrBadDialect, int(d))
 	}
-	err := s.retry(ctx, func() error {
-		_, err := db.ExecContext(ctx, s.qCreate)
+	err := f.retry(ctx, func() error {
+		_, err := db.ExecContext(ctx, f.qCreate)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("storageguard: create fence table (%s): %w", d, err)
+		return nil, fmt.Errorf("sqlfence: create fence table (%s): %w", d, err)
 	}
 	if d == SQLite {
-		err = s.retry(ctx, func() (err error) {
-			if s.stLock == nil {
-				if s.stLock, err = db.PrepareContext(ctx, s.qLock); err != nil {
+		err = f.retry(ctx, func() (err error) {
+			if f.stLock == nil {
+				if f.stLock, err = db.PrepareContext(ctx, f.qLock); err != nil {
 					return err
 				}
 			}
-			s.stSelect, err = db.PrepareContext(ctx, s.qSelectShared)
+			f.stSelect, err = db.PrepareContext(ctx, f.qSelectShared)
 			return err
 		})
 		if err != nil {
-			if s.stLock != nil {
-				s.stLock.Close()
+			if f.stLock != nil {
+				f.stLock.Close()
 			}
-			return nil, fmt.Errorf("storageguard: prepare fence statements (%s): %w", d, err)
+			return nil, fmt.Errorf("sqlfence: prepare fence statements (%s): %w", d, err)
 		}
 	}
-	return s, nil
+	return f, nil
 }
 
 // sqlMode is how an attempt locks the fence row.
@@ -160,8 +161,8 @@ const (
 // if allowed, run fn, commit. On SQLite every attempt starts with a write
 // (the INSERT … DO NOTHING) so that it holds the database's write lock from
 // its first statement: the lock that makes an epoch change wait.
-func (s *SQL) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode sqlMode, raiseInTx bool, fn func(*sql.Tx) error) (err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode sqlMode, raiseInTx bool, fn func(*sql.Tx) error) (err error) {
+	tx, err := f.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -174,28 +175,28 @@ func (s *SQL) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode
 	}()
 	key := []byte(resource)
 	switch {
-	case mode == exclusive || (s.d == SQLite && raiseInTx):
+	case mode == exclusive || (f.d == SQLite && raiseInTx):
 		// The first epoch of a resource is always a raise (Decide on a zero
 		// highest): inserting it is that raise, committed with the rest.
-		if _, err := tx.ExecContext(ctx, s.qInsert, key, ep.Cluster, int64(ep.Term), ep.Leader); err != nil {
+		if _, err := tx.ExecContext(ctx, f.qInsert, key, ep.Cluster, int64(ep.Term), ep.Leader); err != nil {
 			return err
 		}
-	case s.d == SQLite:
+	case f.d == SQLite:
 		// Take the write lock without changing anything: a raise must not
 		// commit with (or roll back with) a write that is not in tx.
-		if _, err := tx.StmtContext(ctx, s.stLock).ExecContext(ctx, key); err != nil {
+		if _, err := tx.StmtContext(ctx, f.stLock).ExecContext(ctx, key); err != nil {
 			return err
 		}
 	}
 	var row *sql.Row
 	switch {
-	case s.d == SQLite:
+	case f.d == SQLite:
 		// One SELECT for every mode: the write lock is already held.
-		row = tx.StmtContext(ctx, s.stSelect).QueryRowContext(ctx, key)
+		row = tx.StmtContext(ctx, f.stSelect).QueryRowContext(ctx, key)
 	case mode == exclusive:
-		row = tx.QueryRowContext(ctx, s.qSelectUpdate, key)
+		row = tx.QueryRowContext(ctx, f.qSelectUpdate, key)
 	default:
-		row = tx.QueryRowContext(ctx, s.qSelectShared, key)
+		row = tx.QueryRowContext(ctx, f.qSelectShared, key)
 	}
 	var h epoch.Epoch
 	var term int64
@@ -207,7 +208,7 @@ func (s *SQL) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode
 	default:
 		h.Term = uint64(term)
 	}
-	d, err := Decide(resource, h, ep)
+	d, err := storageguard.Decide(resource, h, ep)
 	if err != nil {
 		return err
 	}
@@ -215,12 +216,12 @@ func (s *SQL) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode
 		if !raiseInTx && !(mode == exclusive && fn == nil) {
 			return txretry.ErrNeedRaise
 		}
-		if mode == shared && s.d == Postgres {
+		if mode == shared && f.d == Postgres {
 			// Never upgrade FOR SHARE to FOR UPDATE in one transaction: two
 			// raisers doing so deadlock. Start over exclusively.
 			return txretry.ErrNeedRaise
 		}
-		if _, err := tx.ExecContext(ctx, s.qUpdate, ep.Cluster, int64(ep.Term), ep.Leader, key); err != nil {
+		if _, err := tx.ExecContext(ctx, f.qUpdate, ep.Cluster, int64(ep.Term), ep.Leader, key); err != nil {
 			return err
 		}
 	}
@@ -239,15 +240,15 @@ func (s *SQL) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode
 // run drives attempts (txretry.Run): exclusive when a raise is needed,
 // the raise committed alone first unless raiseInTx, serialization failures
 // retried with backoff.
-func (s *SQL) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInTx bool, fn func(*sql.Tx) error) error {
-	if s.closed.Load() {
-		return ErrClosed
+func (f *Fence) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInTx bool, fn func(*sql.Tx) error) error {
+	if f.closed.Load() {
+		return storageguard.ErrClosed
 	}
-	if _, err := Decide(resource, epoch.Epoch{}, ep); err != nil {
+	if _, err := storageguard.Decide(resource, epoch.Epoch{}, ep); err != nil {
 		return err
 	}
 	if ep.Term > math.MaxInt64 {
-		return fmt.Errorf("storageguard: %w: term %d does not fit the SQL fence's BIGINT", epoch.ErrMalformed, ep.Term)
+		return fmt.Errorf("sqlfence: %w: term %d does not fit the SQL fence's BIGINT", epoch.ErrMalformed, ep.Term)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -258,16 +259,16 @@ func (s *SQL) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInT
 			mode = exclusive
 		}
 		if !withFn {
-			return s.attempt(ctx, resource, ep, exclusive, false, nil)
+			return f.attempt(ctx, resource, ep, exclusive, false, nil)
 		}
-		return s.attempt(ctx, resource, ep, mode, raiseInTx, fn)
+		return f.attempt(ctx, resource, ep, mode, raiseInTx, fn)
 	}
-	return txretry.Run(ctx, attempt, raiseInTx, retryable, sqlMaxAttempts, "storageguard: SQL fence")
+	return txretry.Run(ctx, attempt, raiseInTx, retryable, maxAttempts, "sqlfence:")
 }
 
 // retry runs op, retrying transient failures.
-func (s *SQL) retry(ctx context.Context, op func() error) error {
-	return txretry.Retry(ctx, op, retryable, sqlMaxAttempts)
+func (f *Fence) retry(ctx context.Context, op func() error) error {
+	return txretry.Retry(ctx, op, retryable, maxAttempts)
 }
 
 // retryable reports a serialization failure or deadlock (PostgreSQL
@@ -298,8 +299,8 @@ func retryable(err error) bool {
 // written under ep, so nothing needs fencing. fn may run more than once: a
 // transaction that fails with a serialization failure, a deadlock or a
 // busy database is retried (a bounded number of times, with backoff), so fn
-// must have no effects outside tx. Refusals (ErrStale, ErrConflict,
-// ErrForeignCluster, …) are returned without calling fn.
+// must have no effects outside tx. Refusals (storageguard.ErrStale,
+// ErrConflict, ErrForeignCluster, …) are returned without calling fn.
 //
 // On PostgreSQL a transaction under the current epoch holds the fence row
 // FOR SHARE: such transactions run concurrently, and a raise (FOR UPDATE)
@@ -307,62 +308,62 @@ func retryable(err error) bool {
 // is the database's default; READ COMMITTED (PostgreSQL's default) makes a
 // transaction waiting behind a raise see the raised row and be refused,
 // stricter levels fail it with a serialization error, which is retried.
-func (s *SQL) Tx(ctx context.Context, resource string, ep epoch.Epoch, fn func(*sql.Tx) error) error {
+func (f *Fence) Tx(ctx context.Context, resource string, ep epoch.Epoch, fn func(*sql.Tx) error) error {
 	if fn == nil {
-		return errors.New("storageguard: Tx: nil fn")
+		return errors.New("sqlfence: Tx: nil fn")
 	}
-	return s.run(ctx, resource, ep, true, fn)
+	return f.run(ctx, resource, ep, true, fn)
 }
 
-// Do implements Fence.Do. A raise is committed in a transaction of its own
-// first, so it is durable before write runs; write then runs while a second
-// transaction holds the fence row's lock (FOR SHARE on PostgreSQL, the
-// database write lock on SQLite), so no newer epoch is admitted until write
-// returns. write gets ctx, not the transaction: to write to the same
+// Do implements storageguard.Fence.Do. A raise is committed in a
+// transaction of its own first, so it is durable before write runs; write
+// then runs while a second transaction holds the fence row's lock (FOR
+// SHARE on PostgreSQL, the database write lock on SQLite), so no newer
+// epoch is admitted until write returns. write gets ctx, not the transaction: to write to the same
 // database in the same transaction as the check, use Tx. write runs at most
 // once, and Do then returns write's error.
-func (s *SQL) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
+func (f *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
 	if write == nil {
-		return s.Admit(ctx, resource, ep)
+		return f.Admit(ctx, resource, ep)
 	}
 	return txretry.WriteOnce(ctx, write, func(body func(*sql.Tx) error) error {
-		return s.run(ctx, resource, ep, false, body)
+		return f.run(ctx, resource, ep, false, body)
 	})
 }
 
-// Admit implements Fence.Admit.
-func (s *SQL) Admit(ctx context.Context, resource string, ep epoch.Epoch) error {
-	return s.run(ctx, resource, ep, false, nil)
+// Admit implements storageguard.Fence.Admit.
+func (f *Fence) Admit(ctx context.Context, resource string, ep epoch.Epoch) error {
+	return f.run(ctx, resource, ep, false, nil)
 }
 
-// Check implements Fence.Check.
-func (s *SQL) Check(ctx context.Context, resource string, ep epoch.Epoch) error {
-	h, err := s.Highest(ctx, resource)
+// Check implements storageguard.Fence.Check.
+func (f *Fence) Check(ctx context.Context, resource string, ep epoch.Epoch) error {
+	h, err := f.Highest(ctx, resource)
 	if err != nil {
 		return err
 	}
-	_, err = Decide(resource, h, ep)
+	_, err = storageguard.Decide(resource, h, ep)
 	return err
 }
 
-// Highest implements Fence.Highest.
-func (s *SQL) Highest(ctx context.Context, resource string) (epoch.Epoch, error) {
-	if s.closed.Load() {
-		return epoch.Epoch{}, ErrClosed
+// Highest implements storageguard.Fence.Highest.
+func (f *Fence) Highest(ctx context.Context, resource string) (epoch.Epoch, error) {
+	if f.closed.Load() {
+		return epoch.Epoch{}, storageguard.ErrClosed
 	}
-	if err := ValidateResource(resource); err != nil {
+	if err := storageguard.ValidateResource(resource); err != nil {
 		return epoch.Epoch{}, err
 	}
 	var h epoch.Epoch
 	var term int64
-	err := s.retry(ctx, func() error {
-		return s.db.QueryRowContext(ctx, s.qSelectPlain, []byte(resource)).Scan(&h.Cluster, &term, &h.Leader)
+	err := f.retry(ctx, func() error {
+		return f.db.QueryRowContext(ctx, f.qSelectPlain, []byte(resource)).Scan(&h.Cluster, &term, &h.Leader)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return epoch.Epoch{}, nil
 	}
 	if err != nil {
-		return epoch.Epoch{}, fmt.Errorf("storageguard: read fence row: %w", err)
+		return epoch.Epoch{}, fmt.Errorf("sqlfence: read fence row: %w", err)
 	}
 	h.Term = uint64(term)
 	return h, nil
@@ -372,13 +373,13 @@ func (s *SQL) Highest(ctx context.Context, resource string) (epoch.Epoch, error)
 // does not close the *sql.DB, which the caller owns. Transactions in
 // progress finish (database/sql prepares a closed statement again for a
 // transaction that still uses it).
-func (s *SQL) Close() error {
-	if s.closed.Swap(true) {
+func (f *Fence) Close() error {
+	if f.closed.Swap(true) {
 		return nil
 	}
-	if s.stLock != nil {
-		s.stLock.Close()
-		s.stSelect.Close()
+	if f.stLock != nil {
+		f.stLock.Close()
+		f.stSelect.Close()
 	}
 	return nil
 }
