@@ -14,7 +14,7 @@ import (
 // gtSpy returns a Spy over a Memory fence.
 func gtSpy() *fencetest.Spy { return &fencetest.Spy{Fence: storageguard.NewMemory()} }
 
-// gtKey is the HMAC key the guard and proxy tests sign with.
+// gtKey is the HMAC key the guard tests sign with.
 var gtKey = []byte("termfence test key, 32 bytes or more")
 
 func gtCodec(t testing.TB, key []byte) epoch.Codec {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/httpfence"
 	"github.com/termfence/termfence/storageguard/sqlfence"
 )
 
@@ -120,7 +121,7 @@ func (b *sqliteBackend) fence() storageguard.Fence { return b.sf }
 func (b *sqliteBackend) fencedWriter(g *storageguard.Guard) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := requestOf(r)
-		tok, err := storageguard.TokenFrom(r)
+		tok, err := httpfence.TokenFrom(r)
 		var ep epoch.Epoch
 		if err == nil {
 			ep, err = g.Verify(req.Resource, tok)

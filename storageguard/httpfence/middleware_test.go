@@ -1,4 +1,4 @@
-package storageguard_test
+package httpfence_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
 	"github.com/termfence/termfence/storageguard/fencetest"
+	"github.com/termfence/termfence/storageguard/httpfence"
 )
 
 // mwEnv is a handler behind Middleware, served over loopback.
@@ -29,7 +30,7 @@ func newMwEnv(t *testing.T, h http.Handler, resource func(*http.Request) string)
 	t.Helper()
 	e := &mwEnv{codec: gtCodec(t, gtKey), spy: gtSpy()}
 	e.guard = storageguard.NewGuard(e.spy, storageguard.GuardConfig{Cluster: "payments", Verifier: e.codec})
-	e.server = httptest.NewServer(storageguard.Middleware(e.guard, resource)(h))
+	e.server = httptest.NewServer(httpfence.Middleware(e.guard, resource)(h))
 	t.Cleanup(e.server.Close)
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -53,7 +54,7 @@ func TestMiddlewareFencesHandler(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]epoch.Epoch{}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ep, ok := storageguard.EpochFrom(r.Context())
+		ep, ok := httpfence.EpochFrom(r.Context())
 		if !ok {
 			t.Error("handler ran without an epoch in its context")
 		}
@@ -66,7 +67,7 @@ func TestMiddlewareFencesHandler(t *testing.T) {
 	if r := e.send("/", e.token(t, 34, "node-b"), "X-Req", "b"); r.status != 200 || r.body != "stored under payments/34/node-b" {
 		t.Fatalf("leader 34: %+v", r)
 	}
-	if h, _ := e.guard.Highest(context.Background(), storageguard.DefaultMiddlewareResource); h != gtEp(34, "node-b") {
+	if h, _ := e.guard.Highest(context.Background(), httpfence.DefaultMiddlewareResource); h != gtEp(34, "node-b") {
 		t.Fatalf("default resource highest = %v", h)
 	}
 	other := gtCodec(t, []byte("a different key that nobody shares!!"))
@@ -98,7 +99,7 @@ func TestMiddlewareFencesHandler(t *testing.T) {
 	if len(seen) != 1 {
 		t.Fatalf("refused requests reached the handler: %v", seen)
 	}
-	if _, ok := storageguard.EpochFrom(context.Background()); ok {
+	if _, ok := httpfence.EpochFrom(context.Background()); ok {
 		t.Fatal("EpochFrom found an epoch in a bare context")
 	}
 }
@@ -112,7 +113,7 @@ func TestMiddlewareOlderHandlerFinishesFirst(t *testing.T) {
 	var order []string
 	var mu sync.Mutex
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ep, _ := storageguard.EpochFrom(r.Context())
+		ep, _ := httpfence.EpochFrom(r.Context())
 		switch ep.Term {
 		case 33:
 			close(oldIn)
@@ -173,7 +174,7 @@ func TestMiddlewareOlderHandlerFinishesFirst(t *testing.T) {
 func TestMiddlewarePanicReleasesFence(t *testing.T) {
 	codec := gtCodec(t, gtKey)
 	g := storageguard.NewGuard(storageguard.NewMemory(), storageguard.GuardConfig{Verifier: codec})
-	h := storageguard.Middleware(g, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := httpfence.Middleware(g, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Panic") != "" {
 			panic("boom")
 		}
@@ -218,17 +219,17 @@ func TestMiddlewareBadInput(t *testing.T) {
 		h    http.Handler
 		code int
 	}{
-		"nil guard":      {storageguard.Middleware(nil, nil)(h), 500},
-		"nil fence":      {storageguard.Middleware(storageguard.NewGuard(nil, storageguard.GuardConfig{Verifier: codec}), nil)(h), 500},
-		"empty resource": {storageguard.Middleware(g, func(*http.Request) string { return "" })(h), 400},
-		"huge resource":  {storageguard.Middleware(g, func(*http.Request) string { return strings.Repeat("r", 2000) })(h), 400},
+		"nil guard":      {httpfence.Middleware(nil, nil)(h), 500},
+		"nil fence":      {httpfence.Middleware(storageguard.NewGuard(nil, storageguard.GuardConfig{Verifier: codec}), nil)(h), 500},
+		"empty resource": {httpfence.Middleware(g, func(*http.Request) string { return "" })(h), 400},
+		"huge resource":  {httpfence.Middleware(g, func(*http.Request) string { return strings.Repeat("r", 2000) })(h), 400},
 	}
 	for name, c := range handlers {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest("POST", "/", nil)
 		req.Header.Set(epoch.Header, tok)
 		c.h.ServeHTTP(rec, req)
-		var body storageguard.Refusal
+		var body httpfence.Refusal
 		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != c.code {
 			t.Errorf("%s: %d %s (%v), want %d", name, rec.Code, rec.Body, err, c.code)
 		}
@@ -261,7 +262,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		h    http.Handler
 	}{
 		{"bare", handler},
-		{"middleware", storageguard.Middleware(g, nil)(handler)},
+		{"middleware", httpfence.Middleware(g, nil)(handler)},
 	} {
 		req := httptest.NewRequest("POST", "/orders", nil)
 		req.Header.Set(epoch.Header, tok)

@@ -1,4 +1,4 @@
-package storageguard_test
+package httpfence_test
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/httpfence"
 )
 
 // A fencing proxy in front of a backend that cannot check tokens: the
@@ -27,7 +28,7 @@ func ExampleNewProxy() {
 	g := storageguard.NewGuard(storageguard.NewMemory(), storageguard.GuardConfig{Cluster: "payments", Verifier: codec})
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	proxy := httptest.NewServer(storageguard.NewProxy(g, target, storageguard.ProxyConfig{
+	proxy := httptest.NewServer(httpfence.NewProxy(g, target, httpfence.ProxyConfig{
 		Resource:  func(*http.Request) string { return "ledger" },
 		Transport: tr,
 	}))
@@ -47,7 +48,7 @@ func ExampleNewProxy() {
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			var refusal storageguard.Refusal
+			var refusal httpfence.Refusal
 			_ = json.NewDecoder(resp.Body).Decode(&refusal)
 			fmt.Println(resp.Status, refusal.Code, "presented", refusal.Presented, "highest", refusal.Highest)
 			return
@@ -70,9 +71,9 @@ func ExampleNewProxy() {
 func ExampleMiddleware() {
 	codec, _ := epoch.NewHMAC([]byte("a shared secret of at least 32 bytes!"))
 	g := storageguard.NewGuard(storageguard.NewMemory(), storageguard.GuardConfig{Cluster: "payments", Verifier: codec})
-	store := storageguard.Middleware(g, func(r *http.Request) string { return r.URL.Path })(
+	store := httpfence.Middleware(g, func(r *http.Request) string { return r.URL.Path })(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ep, _ := storageguard.EpochFrom(r.Context())
+			ep, _ := httpfence.EpochFrom(r.Context())
 			fmt.Println("stored", r.URL.Path, "under", ep)
 		}))
 

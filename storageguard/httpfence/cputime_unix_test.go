@@ -1,6 +1,6 @@
 //go:build unix
 
-package storageguard_test
+package httpfence_test
 
 import (
 	"syscall"

@@ -1,4 +1,4 @@
-package storageguard
+package httpfence
 
 import (
 	"bufio"
@@ -36,7 +36,7 @@ const (
 
 // errLeanHeaderTooLarge is the read error of a response header longer than
 // leanMaxHeaderBytes. The lean transport's errors carry no package prefix:
-// the proxy's error handler adds "storageguard: proxy: backend: ".
+// the proxy's error handler adds "httpfence: backend: ".
 var errLeanHeaderTooLarge = errors.New("response header too large")
 
 // leanTransport is the proxy's default transport to a plain-HTTP target. It

@@ -1,4 +1,4 @@
-package storageguard
+package httpfence
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard"
 )
 
 // DefaultProxyTimeout is the longest a proxied request may run when
@@ -73,10 +74,10 @@ type ProxyConfig struct {
 	ErrorLog *log.Logger
 }
 
-// Validate reports whether c is usable. The error wraps ErrBadConfig.
+// Validate reports whether c is usable. The error wraps storageguard.ErrBadConfig.
 func (c ProxyConfig) Validate() error {
 	if c.Timeout < 0 {
-		return fmt.Errorf("%w: negative proxy timeout %v", ErrBadConfig, c.Timeout)
+		return fmt.Errorf("%w: negative proxy timeout %v", storageguard.ErrBadConfig, c.Timeout)
 	}
 	return nil
 }
@@ -104,27 +105,27 @@ type Refusal struct {
 }
 
 // HTTPStatus returns the HTTP status code and Refusal code for an error from a
-// Guard or a fence:
+// storageguard.Guard or a fence:
 //
-//   - 409 Conflict: ErrStale, ErrConflict (the epoch lost to a newer or
+//   - 409 Conflict: storageguard.ErrStale, storageguard.ErrConflict (the epoch lost to a newer or
 //     conflicting one; retrying with the same token cannot succeed);
 //   - 401 Unauthorized: a missing, malformed or unsigned token;
 //   - 403 Forbidden: a badly signed (forged) token, or one of another
 //     cluster;
 //   - 400 Bad Request: a bad resource name;
-//   - 500: ErrNoFence, ErrBadConfig (checked first);
+//   - 500: storageguard.ErrNoFence, storageguard.ErrBadConfig (checked first);
 //   - 503: a closed or failing fence, a cancelled request.
 func HTTPStatus(err error) (int, string) {
 	switch {
 	case err == nil:
 		return http.StatusOK, ""
-	case errors.Is(err, ErrNoFence), errors.Is(err, ErrBadConfig):
+	case errors.Is(err, storageguard.ErrNoFence), errors.Is(err, storageguard.ErrBadConfig):
 		return http.StatusInternalServerError, "misconfigured"
-	case errors.Is(err, ErrStale):
+	case errors.Is(err, storageguard.ErrStale):
 		return http.StatusConflict, "stale_epoch"
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, storageguard.ErrConflict):
 		return http.StatusConflict, "conflicting_epoch"
-	case errors.Is(err, ErrForeignCluster):
+	case errors.Is(err, storageguard.ErrForeignCluster):
 		return http.StatusForbidden, "foreign_cluster"
 	case errors.Is(err, epoch.ErrBadSignature):
 		return http.StatusForbidden, "bad_signature"
@@ -132,13 +133,13 @@ func HTTPStatus(err error) (int, string) {
 		return http.StatusUnauthorized, "unsigned_token"
 	case errors.Is(err, errNoToken):
 		return http.StatusUnauthorized, "missing_token"
-	case errors.Is(err, ErrUnauthenticated):
+	case errors.Is(err, storageguard.ErrUnauthenticated):
 		return http.StatusUnauthorized, "unauthenticated"
 	case errors.Is(err, epoch.ErrMalformed):
 		return http.StatusUnauthorized, "malformed_token"
-	case errors.Is(err, ErrBadResource):
+	case errors.Is(err, storageguard.ErrBadResource):
 		return http.StatusBadRequest, "bad_resource"
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, storageguard.ErrClosed):
 		return http.StatusServiceUnavailable, "fence_closed"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, "canceled"
@@ -147,33 +148,33 @@ func HTTPStatus(err error) (int, string) {
 }
 
 // TokenFrom returns the request's one Fencing-Token header value. A missing
-// or empty header is refused with ErrUnauthenticated; several headers (or
+// or empty header is refused with storageguard.ErrUnauthenticated; several headers (or
 // values), or one over epoch.MaxTokenLen bytes, with epoch.ErrMalformed: a
 // proxy and a backend could otherwise read different ones.
 func TokenFrom(r *http.Request) (string, error) {
 	vals := r.Header.Values(epoch.Header)
 	switch len(vals) {
 	case 0:
-		return "", fmt.Errorf("%w: %w", ErrUnauthenticated, errNoToken)
+		return "", fmt.Errorf("%w: %w", storageguard.ErrUnauthenticated, errNoToken)
 	case 1:
 		if vals[0] == "" {
-			return "", fmt.Errorf("%w: %w", ErrUnauthenticated, errNoToken)
+			return "", fmt.Errorf("%w: %w", storageguard.ErrUnauthenticated, errNoToken)
 		}
 		if len(vals[0]) > epoch.MaxTokenLen {
-			return "", fmt.Errorf("storageguard: %w: %s header is %d bytes, more than %d", epoch.ErrMalformed, epoch.Header, len(vals[0]), epoch.MaxTokenLen)
+			return "", fmt.Errorf("httpfence: %w: %s header is %d bytes, more than %d", epoch.ErrMalformed, epoch.Header, len(vals[0]), epoch.MaxTokenLen)
 		}
 		return vals[0], nil
 	}
-	return "", fmt.Errorf("storageguard: %w: %d %s headers, want one", epoch.ErrMalformed, len(vals), epoch.Header)
+	return "", fmt.Errorf("httpfence: %w: %d %s headers, want one", epoch.ErrMalformed, len(vals), epoch.Header)
 }
 
 // errNoToken marks a request without a token; it is wrapped together with
-// ErrUnauthenticated.
+// storageguard.ErrUnauthenticated.
 var errNoToken = errors.New("no " + epoch.Header + " header")
 
 // refuse writes the JSON Refusal for err. It reads the resource's highest
 // epoch for the body unless the error carries it or the resource is unknown.
-func refuse(w http.ResponseWriter, r *http.Request, g *Guard, resource string, err error) {
+func refuse(w http.ResponseWriter, r *http.Request, g *storageguard.Guard, resource string, err error) {
 	status, body := RefusalFor(resource, err)
 	if body.Highest == nil && resource != "" && status != http.StatusInternalServerError && status != http.StatusBadRequest {
 		if h, herr := g.Highest(r.Context(), resource); herr == nil && !h.IsZero() {
@@ -187,10 +188,10 @@ func refuse(w http.ResponseWriter, r *http.Request, g *Guard, resource string, e
 }
 
 // RefusalFor returns the HTTP status (see HTTPStatus) and the JSON body that
-// the proxy and Middleware answer for err, a refusal or failure from a Guard
+// the proxy and Middleware answer for err, a refusal or failure from a storageguard.Guard
 // or a fence, with the presented and highest epochs filled in when err
-// carries them (*StaleError, *ConflictError, *ForeignError). Servers that
-// call Guard.Do or a Fence themselves use it to answer exactly as the proxy
+// carries them (*storageguard.StaleError, *storageguard.ConflictError, *storageguard.ForeignError). Servers that
+// call storageguard.Guard.Do or a storageguard.Fence themselves use it to answer exactly as the proxy
 // does.
 func RefusalFor(resource string, err error) (int, Refusal) {
 	status, code := HTTPStatus(err)
@@ -198,9 +199,9 @@ func RefusalFor(resource string, err error) (int, Refusal) {
 	if err != nil {
 		body.Error = err.Error()
 	}
-	var se *StaleError
-	var ce *ConflictError
-	var fe *ForeignError
+	var se *storageguard.StaleError
+	var ce *storageguard.ConflictError
+	var fe *storageguard.ForeignError
 	switch {
 	case errors.As(err, &se):
 		body.Presented, body.Highest = &se.Presented, &se.Highest
@@ -225,7 +226,7 @@ var _ http.Handler = (*proxy)(nil)
 
 // proxy is the handler NewProxy returns.
 type proxy struct {
-	guard         *Guard
+	guard         *storageguard.Guard
 	rp            *httputil.ReverseProxy
 	resource      func(*http.Request) string
 	timeout       time.Duration
@@ -234,13 +235,13 @@ type proxy struct {
 }
 
 // NewProxy returns a fencing proxy: an http.Handler that forwards requests
-// to target only under an epoch the Guard admitted, for a resource that
+// to target only under an epoch the storageguard.Guard admitted, for a resource that
 // cannot check tokens itself (the seed's option 2). The proxy must be the
 // only path to the resource: a request that goes around it is unfenced.
 //
 // Each request must carry exactly one token in the Fencing-Token header
 // (epoch.Header). The proxy maps the request to a resource
-// (ProxyConfig.Resource), and forwards it from inside Guard.Do's write, so
+// (ProxyConfig.Resource), and forwards it from inside storageguard.Guard.Do's write, so
 // the proxy is the serialization point: a request admitted under an older
 // epoch completes (its response copied to the client in full) or is cut off
 // at ProxyConfig.Timeout before any request under a newer epoch is
@@ -256,10 +257,10 @@ type proxy struct {
 // upgrade (WebSocket) is forwarded like any request and holds its epoch until
 // the upgraded connection closes or is cut off at the timeout.
 //
-// NewProxy never panics: a nil Guard, a nil or relative target or an invalid
+// NewProxy never panics: a nil storageguard.Guard, a nil or relative target or an invalid
 // cfg gives a handler that answers every request with 500 and forwards
 // nothing.
-func NewProxy(g *Guard, target *url.URL, cfg ProxyConfig) http.Handler {
+func NewProxy(g *storageguard.Guard, target *url.URL, cfg ProxyConfig) http.Handler {
 	p := &proxy{guard: g, resource: cfg.Resource, timeout: cfg.Timeout, unfencedReads: cfg.UnfencedReads}
 	if p.timeout == 0 {
 		p.timeout = DefaultProxyTimeout
@@ -269,16 +270,16 @@ func NewProxy(g *Guard, target *url.URL, cfg ProxyConfig) http.Handler {
 		p.err = cfg.Validate()
 		return p
 	case g == nil:
-		p.err = ErrNoFence
+		p.err = storageguard.ErrNoFence
 		return p
 	case target == nil || target.Scheme == "" || target.Host == "":
-		p.err = fmt.Errorf("%w: proxy target %v is not an absolute URL", ErrBadConfig, target)
+		p.err = fmt.Errorf("%w: httpfence: proxy target %v is not an absolute URL", storageguard.ErrBadConfig, target)
 		return p
 	}
 	if p.resource == nil {
 		name := (&url.URL{Scheme: target.Scheme, Host: target.Host, Path: target.Path}).String()
-		if err := ValidateResource(name); err != nil {
-			p.err = fmt.Errorf("%w: default resource name: %w", ErrBadConfig, err)
+		if err := storageguard.ValidateResource(name); err != nil {
+			p.err = fmt.Errorf("%w: default resource name: %w", storageguard.ErrBadConfig, err)
 			return p
 		}
 		p.resource = func(*http.Request) string { return name }
@@ -382,7 +383,7 @@ func (p *proxy) backendError(w http.ResponseWriter, r *http.Request, err error) 
 		status, code = http.StatusGatewayTimeout, "backend_timeout"
 	}
 	resource, _ := r.Context().Value(fwdKey{}).(string)
-	body := Refusal{Code: code, Error: "storageguard: proxy: backend: " + err.Error(), Resource: resource}
+	body := Refusal{Code: code, Error: "httpfence: backend: " + err.Error(), Resource: resource}
 	if ep, ok := EpochFrom(r.Context()); ok {
 		body.Presented = &ep
 	}
@@ -412,7 +413,7 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 }
 
 // errAborted is what the write returns when forwarding panicked.
-var errAborted = errors.New("storageguard: proxy: forwarding aborted")
+var errAborted = errors.New("httpfence: forwarding aborted")
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.err != nil {
@@ -428,7 +429,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resource := p.resource(r)
 	if err == nil {
-		err = ValidateResource(resource)
+		err = storageguard.ValidateResource(resource)
 	}
 	if err != nil {
 		refuse(w, r, p.guard, validResource(resource), err)
@@ -456,7 +457,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // validResource returns resource if it is a valid name, else "" (a refusal
 // does not echo a bad name back).
 func validResource(resource string) string {
-	if ValidateResource(resource) != nil {
+	if storageguard.ValidateResource(resource) != nil {
 		return ""
 	}
 	return resource

@@ -1,4 +1,4 @@
-package storageguard
+package httpfence
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard"
 )
 
 // epochKey is the context key of the admitted epoch.
@@ -27,11 +28,11 @@ func EpochFrom(ctx context.Context) (epoch.Epoch, bool) {
 const DefaultMiddlewareResource = "default"
 
 // errHandlerPanicked is what the write returns when the handler panicked.
-var errHandlerPanicked = errors.New("storageguard: middleware: handler panicked")
+var errHandlerPanicked = errors.New("httpfence: handler panicked")
 
 // Middleware fences a Go handler that owns its storage: each request must
-// carry exactly one token in the Fencing-Token header; the Guard verifies it
-// and the handler runs inside Guard.Do for the request's resource (resource;
+// carry exactly one token in the Fencing-Token header; the storageguard.Guard verifies it
+// and the handler runs inside storageguard.Guard.Do for the request's resource (resource;
 // nil maps every request to DefaultMiddlewareResource). So the handler runs
 // only under an admitted epoch, handlers under the same epoch run
 // concurrently, and a newer epoch is admitted only after every handler
@@ -47,8 +48,8 @@ var errHandlerPanicked = errors.New("storageguard: middleware: handler panicked"
 // waiting for the handler would wait for itself), and should bound its own
 // running time: a newer leader's requests wait for it. A panic in the handler
 // is re-raised after the fence has been released. Middleware never panics on
-// a nil Guard: every request is then refused with 500.
-func Middleware(g *Guard, resource func(*http.Request) string) func(http.Handler) http.Handler {
+// a nil storageguard.Guard: every request is then refused with 500.
+func Middleware(g *storageguard.Guard, resource func(*http.Request) string) func(http.Handler) http.Handler {
 	if resource == nil {
 		resource = func(*http.Request) string { return DefaultMiddlewareResource }
 	}
@@ -61,7 +62,7 @@ func Middleware(g *Guard, resource func(*http.Request) string) func(http.Handler
 			token, err := TokenFrom(r)
 			res := resource(r)
 			if err == nil {
-				err = ValidateResource(res)
+				err = storageguard.ValidateResource(res)
 			}
 			if err != nil {
 				refuse(w, r, g, validResource(res), err)

@@ -1,4 +1,4 @@
-package storageguard_test
+package httpfence_test
 
 import (
 	"bufio"
@@ -22,6 +22,7 @@ import (
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
 	"github.com/termfence/termfence/storageguard/fencetest"
+	"github.com/termfence/termfence/storageguard/httpfence"
 )
 
 // waitLimit bounds every wait for something that must happen.
@@ -44,7 +45,7 @@ type pxEnv struct {
 // leaves the proxy its own default transport (its idle connections hold no
 // goroutine and are closed by the backend's Close); see pxConfig for an
 // http.Transport.
-func newPxEnv(t *testing.T, backend http.Handler, cfg storageguard.ProxyConfig) *pxEnv {
+func newPxEnv(t *testing.T, backend http.Handler, cfg httpfence.ProxyConfig) *pxEnv {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(backend)
 	conns, closed := new(atomic.Int64), new(atomic.Int64)
@@ -64,7 +65,7 @@ func newPxEnv(t *testing.T, backend http.Handler, cfg storageguard.ProxyConfig) 
 }
 
 // newPxEnvTo starts a proxy in front of the backend at backendURL.
-func newPxEnvTo(t *testing.T, backendURL string, cfg storageguard.ProxyConfig) *pxEnv {
+func newPxEnvTo(t *testing.T, backendURL string, cfg httpfence.ProxyConfig) *pxEnv {
 	t.Helper()
 	e := &pxEnv{codec: gtCodec(t, gtKey), spy: gtSpy()}
 	e.guard = storageguard.NewGuard(e.spy, storageguard.GuardConfig{Cluster: "payments", Verifier: e.codec})
@@ -75,7 +76,7 @@ func newPxEnvTo(t *testing.T, backendURL string, cfg storageguard.ProxyConfig) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.proxy = httptest.NewServer(storageguard.NewProxy(e.guard, target, cfg))
+	e.proxy = httptest.NewServer(httpfence.NewProxy(e.guard, target, cfg))
 	t.Cleanup(e.proxy.Close)
 	ctr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(ctr.CloseIdleConnections)
@@ -92,7 +93,7 @@ func eachTransport(t *testing.T, f func(t *testing.T, std bool)) {
 
 // pxConfig returns cfg, if std with an http.Transport as its Transport, one
 // the test closes, so that no connection outlives the test.
-func pxConfig(t *testing.T, std bool, cfg storageguard.ProxyConfig) storageguard.ProxyConfig {
+func pxConfig(t *testing.T, std bool, cfg httpfence.ProxyConfig) httpfence.ProxyConfig {
 	if std {
 		tr := &http.Transport{MaxIdleConnsPerHost: 64}
 		t.Cleanup(tr.CloseIdleConnections)
@@ -106,7 +107,7 @@ type pxResult struct {
 	status  int
 	header  http.Header
 	body    string
-	refusal storageguard.Refusal
+	refusal httpfence.Refusal
 	err     error // transport or body read error
 }
 
@@ -224,7 +225,7 @@ func (h *hitCounter) total() int {
 
 func TestProxyStaleNeverReachesBackend(t *testing.T) {
 	hc := newHitCounter()
-	e := newPxEnv(t, hc, storageguard.ProxyConfig{})
+	e := newPxEnv(t, hc, httpfence.ProxyConfig{})
 	if r := e.send("POST", "/", e.token(t, 34, "node-b"), "X-Req", "b"); r.status != 200 || r.body != "ok b" {
 		t.Fatalf("leader 34: %+v", r)
 	}
@@ -301,7 +302,7 @@ func testOlderFirst(t *testing.T, std, midBody, clientGone bool) {
 			io.WriteString(w, "new")
 		}
 	})
-	e := newPxEnv(t, backend, pxConfig(t, std, storageguard.ProxyConfig{}))
+	e := newPxEnv(t, backend, pxConfig(t, std, httpfence.ProxyConfig{}))
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(releaseOld) }) }
 	t.Cleanup(release) // before the servers close, even if the test failed
@@ -355,7 +356,7 @@ func testOlderFirst(t *testing.T, std, midBody, clientGone bool) {
 
 func TestProxyRefusesBadTokens(t *testing.T) {
 	hc := newHitCounter()
-	e := newPxEnv(t, hc, storageguard.ProxyConfig{})
+	e := newPxEnv(t, hc, httpfence.ProxyConfig{})
 	leader := e.token(t, 5, "node-a")
 	if r := e.send("POST", "/", leader, "X-Req", "leader"); r.status != 200 {
 		t.Fatalf("leader: %+v", r)
@@ -429,7 +430,7 @@ func TestProxySameEpochConcurrent(t *testing.T) {
 			http.Error(w, "alone", http.StatusInternalServerError)
 		}
 	})
-	e := newPxEnv(t, backend, storageguard.ProxyConfig{})
+	e := newPxEnv(t, backend, httpfence.ProxyConfig{})
 	tok := e.token(t, 7, "node-a")
 	results := make([]<-chan pxResult, n)
 	for i := range results {
@@ -444,7 +445,7 @@ func TestProxySameEpochConcurrent(t *testing.T) {
 
 func TestProxyRoundTripperEndToEnd(t *testing.T) {
 	hc := newHitCounter()
-	e := newPxEnv(t, hc, storageguard.ProxyConfig{})
+	e := newPxEnv(t, hc, httpfence.ProxyConfig{})
 	var current atomic.Pointer[epoch.Epoch]
 	leaderOf := func(ep epoch.Epoch) *http.Client {
 		base := &http.Transport{}
@@ -491,7 +492,7 @@ func TestProxyRoundTripperEndToEnd(t *testing.T) {
 func TestProxyTokenForwarding(t *testing.T) {
 	for _, forward := range []bool{false, true} {
 		hc := newHitCounter()
-		e := newPxEnv(t, hc, storageguard.ProxyConfig{ForwardToken: forward})
+		e := newPxEnv(t, hc, httpfence.ProxyConfig{ForwardToken: forward})
 		tok := e.token(t, 3, "node-a")
 		if r := e.send("POST", "/", tok, "X-Req", "w"); r.status != 200 {
 			t.Fatalf("forward=%v: %+v", forward, r)
@@ -512,7 +513,7 @@ func TestProxyTokenForwarding(t *testing.T) {
 func TestProxyUnfencedReads(t *testing.T) {
 	for _, open := range []bool{false, true} {
 		hc := newHitCounter()
-		e := newPxEnv(t, hc, storageguard.ProxyConfig{UnfencedReads: open})
+		e := newPxEnv(t, hc, httpfence.ProxyConfig{UnfencedReads: open})
 		if r := e.send("POST", "/", e.token(t, 9, "node-a")); r.status != 200 {
 			t.Fatal(r)
 		}
@@ -545,7 +546,7 @@ func TestProxyUnfencedReads(t *testing.T) {
 
 func TestProxyResourceMapping(t *testing.T) {
 	hc := newHitCounter()
-	e := newPxEnv(t, hc, storageguard.ProxyConfig{Resource: func(r *http.Request) string {
+	e := newPxEnv(t, hc, httpfence.ProxyConfig{Resource: func(r *http.Request) string {
 		return strings.TrimPrefix(r.URL.Path, "/")
 	}})
 	if r := e.send("POST", "/a", e.token(t, 34, "node-b")); r.status != 200 {
@@ -575,19 +576,19 @@ func TestProxyMisconfigured(t *testing.T) {
 	g := storageguard.NewGuard(storageguard.NewMemory(), storageguard.GuardConfig{Verifier: codec})
 	tok := gtSign(t, codec, gtEp(1, "node-a"))
 	handlers := map[string]http.Handler{
-		"nil guard":        storageguard.NewProxy(nil, target, storageguard.ProxyConfig{}),
-		"nil fence":        storageguard.NewProxy(storageguard.NewGuard(nil, storageguard.GuardConfig{Verifier: codec}), target, storageguard.ProxyConfig{}),
-		"nil target":       storageguard.NewProxy(g, nil, storageguard.ProxyConfig{}),
-		"relative target":  storageguard.NewProxy(g, &url.URL{Path: "/x"}, storageguard.ProxyConfig{}),
-		"negative timeout": storageguard.NewProxy(g, target, storageguard.ProxyConfig{Timeout: -time.Second}),
-		"huge target path": storageguard.NewProxy(g, &url.URL{Scheme: "http", Host: target.Host, Path: "/" + strings.Repeat("p", storageguard.MaxResourceLen)}, storageguard.ProxyConfig{}),
+		"nil guard":        httpfence.NewProxy(nil, target, httpfence.ProxyConfig{}),
+		"nil fence":        httpfence.NewProxy(storageguard.NewGuard(nil, storageguard.GuardConfig{Verifier: codec}), target, httpfence.ProxyConfig{}),
+		"nil target":       httpfence.NewProxy(g, nil, httpfence.ProxyConfig{}),
+		"relative target":  httpfence.NewProxy(g, &url.URL{Path: "/x"}, httpfence.ProxyConfig{}),
+		"negative timeout": httpfence.NewProxy(g, target, httpfence.ProxyConfig{Timeout: -time.Second}),
+		"huge target path": httpfence.NewProxy(g, &url.URL{Scheme: "http", Host: target.Host, Path: "/" + strings.Repeat("p", storageguard.MaxResourceLen)}, httpfence.ProxyConfig{}),
 	}
 	for name, h := range handlers {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest("POST", "/", strings.NewReader("x"))
 		req.Header.Set(epoch.Header, tok)
 		h.ServeHTTP(rec, req)
-		var body storageguard.Refusal
+		var body httpfence.Refusal
 		_ = json.Unmarshal(rec.Body.Bytes(), &body)
 		if rec.Code != http.StatusInternalServerError || body.Code != "misconfigured" {
 			t.Errorf("%s: %d %+v", name, rec.Code, body)
@@ -596,7 +597,7 @@ func TestProxyMisconfigured(t *testing.T) {
 	if n := hc.total(); n != 0 {
 		t.Fatalf("a misconfigured proxy forwarded %d requests", n)
 	}
-	if err := (storageguard.ProxyConfig{Timeout: -1}).Validate(); !errors.Is(err, storageguard.ErrBadConfig) {
+	if err := (httpfence.ProxyConfig{Timeout: -1}).Validate(); !errors.Is(err, storageguard.ErrBadConfig) {
 		t.Fatalf("Validate: %v", err)
 	}
 }
@@ -631,7 +632,7 @@ func testProxyBackendHangs(t *testing.T, std bool) {
 			io.WriteString(w, "ok")
 		}
 	})
-	e := newPxEnv(t, backend, pxConfig(t, std, storageguard.ProxyConfig{Timeout: 200 * time.Millisecond}))
+	e := newPxEnv(t, backend, pxConfig(t, std, httpfence.ProxyConfig{Timeout: 200 * time.Millisecond}))
 	r := e.send("POST", "/", e.token(t, 1, "node-a"), "X-Req", "hang")
 	if r.status != http.StatusGatewayTimeout || r.refusal.Code != "backend_timeout" || r.refusal.Presented == nil {
 		t.Fatalf("hanging backend: %+v", r)
@@ -670,7 +671,7 @@ func testProxyBackendFails(t *testing.T, std bool) {
 			io.WriteString(w, "ok")
 		}
 	})
-	e := newPxEnv(t, backend, pxConfig(t, std, storageguard.ProxyConfig{}))
+	e := newPxEnv(t, backend, pxConfig(t, std, httpfence.ProxyConfig{}))
 	if r := e.send("POST", "/", e.token(t, 1, "node-a"), "X-Req", "reset"); r.status != http.StatusBadGateway || r.refusal.Code != "backend_error" {
 		t.Fatalf("reset: %+v", r)
 	}
@@ -694,7 +695,7 @@ func testProxyBackendFails(t *testing.T, std bool) {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("POST", "/", strings.NewReader("x"))
 	req.Header.Set(epoch.Header, gtSign(t, codec, gtEp(1, "node-a")))
-	storageguard.NewProxy(g, target, pxConfig(t, std, storageguard.ProxyConfig{})).ServeHTTP(rec, req)
+	httpfence.NewProxy(g, target, pxConfig(t, std, httpfence.ProxyConfig{})).ServeHTTP(rec, req)
 	if rec.Code != http.StatusBadGateway {
 		t.Fatalf("unreachable backend: %d %s", rec.Code, rec.Body)
 	}
@@ -708,7 +709,7 @@ func TestProxyDefaultTransport(t *testing.T) {
 	target, _ := url.Parse(backend.URL)
 	codec := gtCodec(t, gtKey)
 	g := storageguard.NewGuard(storageguard.NewMemory(), storageguard.GuardConfig{Verifier: codec})
-	proxy := httptest.NewServer(storageguard.NewProxy(g, target, storageguard.ProxyConfig{}))
+	proxy := httptest.NewServer(httpfence.NewProxy(g, target, httpfence.ProxyConfig{}))
 	defer proxy.Close()
 	conn, err := net.Dial("tcp", proxy.Listener.Addr().String())
 	if err != nil {

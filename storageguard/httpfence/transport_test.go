@@ -1,4 +1,4 @@
-package storageguard_test
+package httpfence_test
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/termfence/termfence/epoch"
-	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/httpfence"
 )
 
 // Tests of the proxy's default backend transport (a pool of HTTP/1.1
@@ -168,7 +168,7 @@ func TestProxyTransportBackendDropsRequest(t *testing.T) {
 			respond(bw, 200, fmt.Sprintf("%s %d/%d", req.Method, conn, n))
 			return true
 		})
-		e := newPxEnvTo(t, rb.url(), pxConfig(t, std, storageguard.ProxyConfig{}))
+		e := newPxEnvTo(t, rb.url(), pxConfig(t, std, httpfence.ProxyConfig{}))
 		tok := e.token(t, 1, "node-a")
 		if r := e.send("POST", "/w", tok); r.status != 200 || r.body != "POST 1/1" {
 			t.Fatalf("first POST: %+v", r)
@@ -208,7 +208,7 @@ func TestProxyTransportBackendClosedIdle(t *testing.T) {
 		t.Skip("the default transport checks idle connections only where it can peek at a socket")
 	}
 	hc := newHitCounter()
-	e := newPxEnv(t, hc, storageguard.ProxyConfig{})
+	e := newPxEnv(t, hc, httpfence.ProxyConfig{})
 	tok := e.token(t, 1, "node-a")
 	for i := range 3 {
 		id := fmt.Sprint("w", i)
@@ -249,7 +249,7 @@ func TestProxyTransportConnectionClose(t *testing.T) {
 			respond(bw, 200, fmt.Sprintf("%d/%d", conn, n))
 			return true
 		})
-		e := newPxEnvTo(t, rb.url(), pxConfig(t, std, storageguard.ProxyConfig{}))
+		e := newPxEnvTo(t, rb.url(), pxConfig(t, std, httpfence.ProxyConfig{}))
 		tok := e.token(t, 1, "node-a")
 		if r := e.send("POST", "/", tok, "X-Close", "1"); r.status != 200 || r.body != "closing" {
 			t.Fatalf("Connection: close response: %+v", r)
@@ -285,7 +285,7 @@ func TestProxyTransportChunkedAndTrailers(t *testing.T) {
 			}
 			w.Header().Set("X-Sum", fmt.Sprintf("%x", h.Sum(nil)))
 		})
-		e := newPxEnv(t, backend, pxConfig(t, std, storageguard.ProxyConfig{}))
+		e := newPxEnv(t, backend, pxConfig(t, std, httpfence.ProxyConfig{}))
 		tok := e.token(t, 1, "node-a")
 		for i := range 3 {
 			req, _ := http.NewRequest("POST", e.proxy.URL+"/", strings.NewReader("x"))
@@ -324,7 +324,7 @@ func TestProxyTransportHEAD(t *testing.T) {
 			respond(bw, 200, fmt.Sprintf("%d/%d", conn, n))
 			return true
 		})
-		e := newPxEnvTo(t, rb.url(), pxConfig(t, std, storageguard.ProxyConfig{Timeout: waitLimit}))
+		e := newPxEnvTo(t, rb.url(), pxConfig(t, std, httpfence.ProxyConfig{Timeout: waitLimit}))
 		tok := e.token(t, 1, "node-a")
 		r := e.send("HEAD", "/", tok)
 		if r.status != 200 || r.body != "" || r.header.Get("Content-Length") != "1000" || r.header.Get("X-Conn") != "1/1" {
@@ -361,7 +361,7 @@ func TestProxyTransportLargeBodies(t *testing.T) {
 			}
 			fmt.Fprintf(w, "%d %x", len(body), sha256.Sum256(body))
 		})
-		e := newPxEnv(t, backend, pxConfig(t, std, storageguard.ProxyConfig{}))
+		e := newPxEnv(t, backend, pxConfig(t, std, httpfence.ProxyConfig{}))
 		tok := e.token(t, 1, "node-a")
 		const big = 8 << 20
 		r := e.send("POST", "/", tok, "X-Want", fmt.Sprint(big))
@@ -405,7 +405,7 @@ func TestProxyTransportCancelMidBody(t *testing.T) {
 			case <-time.After(waitLimit):
 			}
 		})
-		e := newPxEnv(t, backend, pxConfig(t, std, storageguard.ProxyConfig{Timeout: 300 * time.Millisecond}))
+		e := newPxEnv(t, backend, pxConfig(t, std, httpfence.ProxyConfig{Timeout: 300 * time.Millisecond}))
 		tok := e.token(t, 1, "node-a")
 		if r := e.send("POST", "/", tok, "X-Req", "fast"); r.status != 200 {
 			t.Fatalf("fast: %+v", r)
@@ -466,7 +466,7 @@ func TestProxyTransportClientGoneMidBody(t *testing.T) {
 		io.WriteString(w, strings.Repeat("s", 50000))
 		done <- struct{}{}
 	})
-	e := newPxEnv(t, backend, storageguard.ProxyConfig{})
+	e := newPxEnv(t, backend, httpfence.ProxyConfig{})
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 	tok := e.token(t, 1, "node-a")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -497,7 +497,7 @@ func TestProxyTransportReadUntilClose(t *testing.T) {
 		fmt.Fprintf(bw, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nbody of %d/%d until close", conn, n)
 		return false
 	})
-	e := newPxEnvTo(t, rb.url(), storageguard.ProxyConfig{})
+	e := newPxEnvTo(t, rb.url(), httpfence.ProxyConfig{})
 	tok := e.token(t, 1, "node-a")
 	for i := 1; i <= 2; i++ {
 		want := fmt.Sprintf("body of %d/1 until close", i)
@@ -515,7 +515,7 @@ func TestProxyTransportInformational(t *testing.T) {
 		respond(bw, 200, "final")
 		return true
 	})
-	e := newPxEnvTo(t, rb.url(), storageguard.ProxyConfig{})
+	e := newPxEnvTo(t, rb.url(), httpfence.ProxyConfig{})
 	tok := e.token(t, 1, "node-a")
 	for range 2 {
 		if r := e.send("POST", "/", tok); r.status != 200 || r.body != "final" {
@@ -547,7 +547,7 @@ func TestProxyTransportBadResponses(t *testing.T) {
 		}
 		return true
 	})
-	e := newPxEnvTo(t, rb.url(), storageguard.ProxyConfig{})
+	e := newPxEnvTo(t, rb.url(), httpfence.ProxyConfig{})
 	tok := e.token(t, 1, "node-a")
 	for i, path := range []string{"/garbage", "/101", "/1xx"} {
 		if r := e.send("POST", path, tok); r.status != http.StatusBadGateway || r.refusal.Code != "backend_error" {
@@ -571,7 +571,7 @@ func TestProxyTransportUnsolicitedBytes(t *testing.T) {
 		}
 		return true
 	})
-	e := newPxEnvTo(t, rb.url(), storageguard.ProxyConfig{})
+	e := newPxEnvTo(t, rb.url(), httpfence.ProxyConfig{})
 	tok := e.token(t, 1, "node-a")
 	if r := e.send("POST", "/junk", tok); r.status != 200 || r.body != "1/1" {
 		t.Fatalf("junk: %+v", r)
@@ -603,7 +603,7 @@ func TestProxyTransportUpgrade(t *testing.T) {
 		brw.WriteString("echo: " + line)
 		brw.Flush()
 	})
-	e := newPxEnv(t, backend, storageguard.ProxyConfig{})
+	e := newPxEnv(t, backend, httpfence.ProxyConfig{})
 	tok := e.token(t, 1, "node-a")
 	conn, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
 	if err != nil {
@@ -637,7 +637,7 @@ func TestProxyTransportManyConcurrent(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		w.Write(b)
 	})
-	e := newPxEnv(t, backend, storageguard.ProxyConfig{})
+	e := newPxEnv(t, backend, httpfence.ProxyConfig{})
 	tok := e.token(t, 1, "node-a")
 	concurrently(t, clients, each, func(c, i int) error {
 		body := fmt.Sprintf("client %d request %d", c, i)
@@ -683,7 +683,7 @@ func TestProxyTransportNoCrossTalk(t *testing.T) {
 		}
 		io.WriteString(w, id+";"+id+";"+id+";")
 	})
-	e := newPxEnv(t, backend, storageguard.ProxyConfig{Timeout: timeout})
+	e := newPxEnv(t, backend, httpfence.ProxyConfig{Timeout: timeout})
 	tok := e.token(t, 1, "node-a")
 	var ok, cut atomic.Int64
 	concurrently(t, clients, each, func(c, i int) error {

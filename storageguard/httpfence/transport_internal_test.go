@@ -1,4 +1,4 @@
-package storageguard
+package httpfence
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 )
 
 // Unit tests of leanTransport on its own (the proxy-level ones are in
-// proxy_transport_test.go). The goleak check of TestMain covers them.
+// transport_test.go). The goleak check of TestMain covers them.
 
 // leanEnv is a backend that answers each request with a body of
 // X-Size bytes (default 64 KiB) and names the client address it came from,

@@ -1,4 +1,4 @@
-package storageguard_test
+package httpfence_test
 
 import (
 	"crypto/sha256"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/httpfence"
 )
 
 // BenchmarkProxyOverhead measures, in one run, b.N requests sent straight to
@@ -132,7 +133,7 @@ func benchProxyOverhead(b *testing.B, benchClients int, service, cpu time.Durati
 	}
 	codec := gtCodec(b, gtKey)
 	g := storageguard.NewGuard(storageguard.NewMemory(), storageguard.GuardConfig{Cluster: "payments", Verifier: codec})
-	proxy := httptest.NewServer(storageguard.NewProxy(g, target, storageguard.ProxyConfig{}))
+	proxy := httptest.NewServer(httpfence.NewProxy(g, target, httpfence.ProxyConfig{}))
 	defer proxy.Close()
 	splice, err := startSplice(target.Host)
 	if err != nil {
