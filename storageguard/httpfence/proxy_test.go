@@ -738,3 +738,67 @@ func TestProxyDefaultTransport(t *testing.T) {
 		t.Fatalf("duplicate headers in two spellings: %d, backend hits %d", resp.StatusCode, hc.count("dup"))
 	}
 }
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestProxyUnreadBodyKeepsConnection: a request whose body the backend
+// never read (here: the backend is down, so nothing was sent) is answered
+// 502 and the client's connection stays usable. The proxy serves in full
+// duplex, and net/http's HTTP/1 server then panics reading the next request
+// if a handler left its body unread (golang/go#68560): the proxy must not
+// leave it so.
+func TestProxyUnreadBodyKeepsConnection(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	target, _ := url.Parse(dead.URL)
+	dead.Close()
+	codec := gtCodec(t, gtKey)
+	g := storageguard.NewGuard(storageguard.NewMemory(), storageguard.GuardConfig{Verifier: codec})
+	eachTransport(t, func(t *testing.T, std bool) {
+		var logged syncBuffer
+		var conns atomic.Int64
+		proxy := httptest.NewUnstartedServer(httpfence.NewProxy(g, target, pxConfig(t, std, httpfence.ProxyConfig{})))
+		proxy.Config.ErrorLog = log.New(&logged, "", 0)
+		proxy.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}
+		proxy.Start()
+		defer proxy.Close()
+		tr := &http.Transport{}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr}
+		tok := []string{gtSign(t, codec, gtEp(1, "node-a"))}
+		for i := range 3 {
+			req, err := tokenRequest(context.Background(), "POST", proxy.URL, tok, []byte("a body nobody reads"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := doRequest(client, req); r.err != nil || r.status != http.StatusBadGateway {
+				t.Fatalf("request %d: %d %v, want 502", i, r.status, r.err)
+			}
+		}
+		if s := logged.String(); strings.Contains(s, "panic") {
+			t.Fatalf("the proxy's server panicked:\n%s", s)
+		}
+		if n := conns.Load(); n != 1 {
+			t.Fatalf("3 requests took %d client connections, want 1 (kept alive)", n)
+		}
+	})
+}

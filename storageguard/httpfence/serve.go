@@ -45,6 +45,7 @@ func (h *fenced) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	token, err := TokenFrom(r)
 	if h.unfenced != nil && errors.Is(err, errNoToken) && h.unfenced(r) {
 		h.serve(r.Context(), w, r)
+		drainBody(r)
 		return
 	}
 	resource := h.resource(r)
@@ -71,8 +72,23 @@ func (h *fenced) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ran {
 		refuse(w, r, h.guard, resource, err)
+		return
 	}
-	// Otherwise the response, or the backend's failure, is already written.
+	// The response, or the backend's failure, is already written.
+	drainBody(r)
+}
+
+// drainBody closes (and so drains, up to a limit) the body of a request
+// that was served, once the fence is released. A handler in full duplex
+// (the proxy's) may leave it unread, for instance when the backend could
+// not be reached; net/http's HTTP/1 server would then drain it only after
+// it stopped watching the connection, and panic when it reads the next
+// request (golang/go#68560). Drained here, inside the handler, the body
+// leaves the connection usable.
+func drainBody(r *http.Request) {
+	if r.Body != nil {
+		_ = r.Body.Close()
+	}
 }
 
 // serveRecovered calls serve and returns what it panicked with, if it did
