@@ -158,7 +158,7 @@ func TestStickyLingerRelease(t *testing.T) {
 	if !held && heldFor < 20*time.Millisecond {
 		t.Fatalf("the shared lock was let go %v after the write, before the 20ms linger", heldFor)
 	}
-	waitFor(t, func() bool { return exclusiveFree(t, path) }, "the idle Dir to let its shared lock go")
+	waitFor(t, func() bool { return exclusiveFree(t, path) }, "the idle fence to let its shared lock go")
 	// And it is taken again by the next write.
 	if err := d.Do(ctx, "r", ep(3, "a"), func(context.Context) error {
 		if exclusiveFree(t, path) {
@@ -274,7 +274,7 @@ func TestStickyYieldsToOtherProcessIdle(t *testing.T) {
 	}
 }
 
-// TestStickyHandlesBusy: the busy case between three Dir values in one
+// TestStickyHandlesBusy: the busy case between three fences in one
 // process (flock treats them as three processes), many rounds: each raise by
 // b completes while a1's and a2's goroutines write under the epoch before.
 // With two holders whose shared locks overlap, only writer preference (the

@@ -28,17 +28,21 @@ type ProxyConfig struct {
 	// Resource maps a request to the fenced resource it writes. Each resource
 	// has its own highest epoch; requests for different resources do not wait
 	// for each other. The name must be 1..storageguard.MaxResourceLen
-	// bytes, else the request is refused with 400. Nil: every request maps to one resource
-	// named after the target (scheme, host and path, no user info or query).
+	// bytes, else the request is refused with 400. Nil: every request maps
+	// to one resource named after the target (scheme, host and path, no user
+	// info or query).
 	Resource func(*http.Request) string
-	// Timeout bounds each forwarded request from admission to the last byte
-	// of the response copied to the client. When it expires the backend
-	// request is cancelled (504 if no response header was sent yet, else the
-	// client connection is cut), and a newer epoch waiting for it may
-	// proceed. A client that goes away does not cancel the backend request:
-	// the proxy waits for the backend's answer (or the timeout), so that a
-	// newer epoch is not forwarded while the backend may still be working on
-	// the older request. Zero: DefaultProxyTimeout. Negative is invalid.
+	// Timeout bounds each forwarded request's exchange with the backend,
+	// from admission on. When it expires the backend request is cancelled
+	// (504 if no response header was sent yet, else the response is cut
+	// off), and a newer epoch waiting for it may proceed. It does not bound
+	// a client that is slow to send its body or to read the response: the
+	// proxy sets no deadline on the client's connection, so such a client
+	// holds its epoch's admission for as long as it takes. A client that
+	// goes away does not cancel the backend request: the proxy waits for
+	// the backend's answer (or the timeout), so that a newer epoch is not
+	// forwarded while the backend may still be working on the older
+	// request. Zero: DefaultProxyTimeout. Negative is invalid.
 	Timeout time.Duration
 	// ForwardToken sends the client's Fencing-Token header on to the backend.
 	// False (the default): the header is stripped, so the backend never sees
