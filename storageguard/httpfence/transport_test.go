@@ -691,13 +691,11 @@ func TestProxyTransportNoCrossTalk(t *testing.T) {
 		id := fmt.Sprint("r", n)
 		r := e.sendBody(context.Background(), "POST", "/", tok, []byte(id), "X-Req", id)
 		// Any request may be cut off (a loaded machine can stretch a fast
-		// one past the timeout); the slow ones always are. A complete
-		// response must be the request's own.
+		// one past the timeout), and on a loaded machine a timer can fire
+		// so late that a slow one completes. Whatever completes must be the
+		// request's own response.
 		switch {
 		case r.err == nil && r.status == 200:
-			if n%5 == 1 || n%5 == 2 {
-				return fmt.Errorf("%s (case %d): completed although the backend outlasts the timeout: %q", id, n%5, r.body)
-			}
 			ok.Add(1)
 			if want := id + ";" + id + ";" + id + ";"; r.body != want {
 				return fmt.Errorf("%s: got %q, want %q", id, r.body, want)
