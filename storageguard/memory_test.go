@@ -21,6 +21,13 @@ func TestMemory(t *testing.T) {
 	})
 }
 
+// BenchmarkMemory compares a same-epoch Memory.Do with the mutex-guarded
+// map write it would typically protect (target: Do <= 2x baseline), serial
+// and with b.RunParallel.
+func BenchmarkMemory(b *testing.B) {
+	fencetest.BenchSameEpoch(b, func(*testing.B) storageguard.Fence { return storageguard.NewMemory() })
+}
+
 // BenchmarkMemoryMillionResources reports the heap a Memory fence needs for
 // 1,000,000 resources (target: under 256 MB) as the metric MB/1e6-resources.
 // It is a benchmark, not a test, because building it under -race is slow.
