@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/termfence/termfence/epoch"
+)
+
+// pauseScript is the essay's skeleton, which most scenarios share: the first
+// node to take an epoch plays A; A works, then pauses (its work freezes and
+// its Raft node is cut off by transport.Faulty); the node Raft elects next
+// plays B and works; A wakes, still believing it leads, and goes on with the
+// token it took before the pause. The scenario fills in the work.
+type pauseScript struct {
+	// before runs as A right after it took its epoch, before the pause.
+	before func(ctx context.Context, a *actor) error
+	// short, if set, is a pause shorter than the lease: no successor is
+	// awaited (asB is not used) and A resumes after it.
+	short time.Duration
+	// asB runs as the successor while A is paused (long pause only).
+	asB func(ctx context.Context, b *actor) error
+	// after runs as A when it wakes.
+	after func(ctx context.Context, a *actor) error
+}
+
+// actorResult is an actor, or why there is none.
+type actorResult struct {
+	act *actor
+	err error
+}
+
+// scriptRun is what happened.
+type scriptRun struct {
+	a, b      *actor
+	pause     time.Duration
+	elections uint64 // terms started after A's, as the nodes' Raft saw them
+}
+
+// runScript plays the script on the env's nodes.
+func (e *env) runScript(ctx context.Context, s pauseScript) (*scriptRun, error) {
+	var (
+		roleMu  sync.Mutex
+		aNode   *demoNode
+		epA     epoch.Epoch
+		pausing bool
+		bTaken  bool
+	)
+	paused := make(chan actorResult, 1)
+	resume := make(chan struct{})
+	aDone := make(chan error, 1)
+	bDone := make(chan actorResult, 1)
+	leadCtx, stopLead := context.WithCancel(ctx)
+	var leads sync.WaitGroup
+	defer func() {
+		stopLead()
+		leads.Wait()
+	}()
+	for _, n := range e.nodes {
+		leads.Add(1)
+		go func() {
+			defer leads.Done()
+			_ = n.el.Lead(leadCtx, func(_ context.Context, ep epoch.Epoch) error {
+				roleMu.Lock()
+				switch {
+				case aNode == nil:
+					aNode, epA = n, ep
+					n.role = "A"
+					roleMu.Unlock()
+					e.playA(ctx, n, ep, s, paused, resume, aDone)
+				case pausing && !bTaken && n != aNode && ep.Term > epA.Term && s.asB != nil:
+					bTaken = true
+					n.role = "B"
+					roleMu.Unlock()
+					b, err := e.newActor(n, ep)
+					if err == nil {
+						e.tl.setLabel(n.id, "B "+n.id)
+						e.holdEpoch(ctx, b)
+						e.tl.say(b.who(), "elected leader of term %d: takes epoch %s", ep.Term, ep)
+						err = s.asB(ctx, b)
+					}
+					bDone <- actorResult{b, err}
+				default:
+					roleMu.Unlock()
+				}
+				return nil
+			})
+		}()
+	}
+
+	var run scriptRun
+	select {
+	case r := <-paused:
+		if r.err != nil {
+			return nil, r.err
+		}
+		run.a = r.act
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no leader started A's work: %w", ctx.Err())
+	}
+	a := run.a
+	var others []*demoNode
+	for _, n := range e.nodes {
+		if n != a.n {
+			others = append(others, n)
+		}
+	}
+
+	// The pause: A's work is already frozen; now its Raft node is cut off.
+	pauseStart := time.Now()
+	endPause := e.tl.begin(a.n.id, spanPause, a.ep.Term, "pause")
+	a.n.faulty.Isolate()
+	roleMu.Lock()
+	pausing = true
+	roleMu.Unlock()
+	e.tl.say(a.who(), "stop-the-world pause begins: its work freezes; its Raft node is cut off (Faulty.Isolate)")
+	// Like the seed's client C, another node asks for an epoch while A's
+	// lease is live: refused.
+	if _, err := others[len(others)-1].el.Epoch(); err != nil {
+		e.tl.say(others[len(others)-1].id, "asks for an epoch: refused, %v; A's lease is still live", err)
+	}
+
+	if s.short > 0 {
+		t := time.NewTimer(s.short) // the injected pause's length
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	} else {
+		// A's Raft node notices it has no quorum and steps down; its work,
+		// frozen, does not know.
+		if err := waitFor(ctx, func() bool { cur, err := a.n.el.Epoch(); return err != nil || cur != a.ep }); err != nil {
+			return nil, fmt.Errorf("the Raft node of A never stepped down: %w", err)
+		}
+		e.tl.say("raft", "%s hears from no quorum within its lease (%v): it steps down; A does not know", a.n.id, e.lease())
+		select {
+		case r := <-bDone:
+			if r.err != nil {
+				return nil, fmt.Errorf("the new leader's work: %w", r.err)
+			}
+			run.b = r.act
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no new leader worked: %w", ctx.Err())
+		}
+	}
+
+	// A wakes up.
+	a.n.faulty.Heal()
+	run.pause = time.Since(pauseStart)
+	endPause()
+	e.tl.say(a.who(), "pause ends after %dms (lease %v): its Raft node is reachable again", run.pause.Milliseconds(), e.lease())
+	close(resume)
+	select {
+	case err := <-aDone:
+		if err != nil {
+			return nil, fmt.Errorf("A's work after the pause: %w", err)
+		}
+	case <-ctx.Done():
+		return nil, fmt.Errorf("A's work never finished: %w", ctx.Err())
+	}
+	if t := e.maxTerm(); t > a.ep.Term {
+		run.elections = t - a.ep.Term
+	}
+	return &run, nil
+}
+
+// playA is A's part: take the token once, work, check, freeze, wake, work.
+func (e *env) playA(ctx context.Context, n *demoNode, ep epoch.Epoch, s pauseScript, paused chan<- actorResult, resume <-chan struct{}, done chan<- error) {
+	a, err := e.newActor(n, ep)
+	if err != nil {
+		paused <- actorResult{nil, err}
+		return
+	}
+	e.tl.setLabel(n.id, "A "+n.id)
+	e.holdEpoch(ctx, a)
+	e.tl.say(a.who(), "elected leader of term %d: takes epoch %s (its token: the term, signed)", ep.Term, ep)
+	if s.before != nil {
+		if err := s.before(ctx, a); err != nil {
+			paused <- actorResult{nil, err}
+			return
+		}
+	}
+	if cur, err := n.el.Epoch(); err == nil && cur == ep {
+		e.tl.say(a.who(), "checks Epoch(): still %s, safe to go on", cur)
+	}
+	paused <- actorResult{a, nil}
+	<-resume // frozen
+	e.tl.say(a.who(), "wakes; A still believes it leads and goes on with the token it took before the pause (%s)", ep)
+	if s.after != nil {
+		done <- s.after(ctx, a)
+		return
+	}
+	done <- nil
+}
