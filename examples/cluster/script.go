@@ -39,56 +39,33 @@ type scriptRun struct {
 	elections uint64 // terms started after A's, as the nodes' Raft saw them
 }
 
-// runScript plays the script on the env's nodes.
+// runScript plays the script on the env's nodes. Roles are assigned from
+// the nodes' own Epoch calls: A is the first node to hold an epoch, B the
+// first other node to hold a newer one once A's pause has begun (even one
+// that load made win an election early).
 func (e *env) runScript(ctx context.Context, s pauseScript) (*scriptRun, error) {
-	var (
-		roleMu  sync.Mutex
-		aNode   *demoNode
-		epA     epoch.Epoch
-		pausing bool
-		bTaken  bool
-	)
 	paused := make(chan actorResult, 1)
 	resume := make(chan struct{})
 	aDone := make(chan error, 1)
-	bDone := make(chan actorResult, 1)
-	leadCtx, stopLead := context.WithCancel(ctx)
-	var leads sync.WaitGroup
-	defer func() {
-		stopLead()
-		leads.Wait()
-	}()
-	for _, n := range e.nodes {
-		leads.Add(1)
-		go func() {
-			defer leads.Done()
-			_ = n.el.Lead(leadCtx, func(_ context.Context, ep epoch.Epoch) error {
-				roleMu.Lock()
-				switch {
-				case aNode == nil:
-					aNode, epA = n, ep
-					n.role = "A"
-					roleMu.Unlock()
-					e.playA(ctx, n, ep, s, paused, resume, aDone)
-				case pausing && !bTaken && n != aNode && ep.Term > epA.Term && s.asB != nil:
-					bTaken = true
-					n.role = "B"
-					roleMu.Unlock()
-					b, err := e.newActor(n, ep)
-					if err == nil {
-						e.tl.setLabel(n.id, "B "+n.id)
-						e.holdEpoch(ctx, b)
-						e.tl.say(b.who(), "elected leader of term %d: takes epoch %s", ep.Term, ep)
-						err = s.asB(ctx, b)
-					}
-					bDone <- actorResult{b, err}
-				default:
-					roleMu.Unlock()
-				}
-				return nil
-			})
-		}()
+	var work sync.WaitGroup
+	defer work.Wait()
+	aNode, epA, err := e.waitEpoch(ctx, 0, nil)
+	if err != nil {
+		return nil, err
 	}
+	aNode.role = "A"
+	work.Add(1)
+	go func() {
+		defer work.Done()
+		e.playA(ctx, aNode, epA, s, paused, resume, aDone)
+	}()
+	// If the run ends early, A's work must not stay frozen.
+	resumed := false
+	defer func() {
+		if !resumed {
+			close(resume)
+		}
+	}()
 
 	var run scriptRun
 	select {
@@ -98,7 +75,7 @@ func (e *env) runScript(ctx context.Context, s pauseScript) (*scriptRun, error) 
 		}
 		run.a = r.act
 	case <-ctx.Done():
-		return nil, fmt.Errorf("no leader started A's work: %w", ctx.Err())
+		return nil, fmt.Errorf("A's work never reached its pause: %w", ctx.Err())
 	}
 	a := run.a
 	var others []*demoNode
@@ -112,9 +89,6 @@ func (e *env) runScript(ctx context.Context, s pauseScript) (*scriptRun, error) 
 	pauseStart := time.Now()
 	endPause := e.tl.begin(a.n.id, spanPause, a.ep.Term, "pause")
 	a.n.faulty.Isolate()
-	roleMu.Lock()
-	pausing = true
-	roleMu.Unlock()
 	e.tl.say(a.who(), "stop-the-world pause begins: its work freezes; its Raft node is cut off (Faulty.Isolate)")
 	// Like the seed's client C, another node asks for an epoch while A's
 	// lease is live: refused.
@@ -137,15 +111,24 @@ func (e *env) runScript(ctx context.Context, s pauseScript) (*scriptRun, error) 
 			return nil, fmt.Errorf("the Raft node of A never stepped down: %w", err)
 		}
 		e.tl.say("raft", "%s hears from no quorum within its lease (%v): it steps down; A does not know", a.n.id, e.lease())
-		select {
-		case r := <-bDone:
-			if r.err != nil {
-				return nil, fmt.Errorf("the new leader's work: %w", r.err)
-			}
-			run.b = r.act
-		case <-ctx.Done():
-			return nil, fmt.Errorf("no new leader worked: %w", ctx.Err())
+		bNode, epB, err := e.waitEpoch(ctx, a.ep.Term, a.n)
+		if err != nil {
+			return nil, err
 		}
+		bNode.role = "B"
+		b, err := e.newActor(bNode, epB)
+		if err != nil {
+			return nil, err
+		}
+		e.tl.setLabel(bNode.id, "B "+bNode.id)
+		e.holdEpoch(ctx, b)
+		e.tl.say(b.who(), "elected leader of term %d: takes epoch %s", epB.Term, epB)
+		if s.asB != nil {
+			if err := s.asB(ctx, b); err != nil {
+				return nil, fmt.Errorf("the new leader's work: %w", err)
+			}
+		}
+		run.b = b
 	}
 
 	// A wakes up.
@@ -153,6 +136,7 @@ func (e *env) runScript(ctx context.Context, s pauseScript) (*scriptRun, error) 
 	run.pause = time.Since(pauseStart)
 	endPause()
 	e.tl.say(a.who(), "pause ends after %dms (lease %v): its Raft node is reachable again", run.pause.Milliseconds(), e.lease())
+	resumed = true
 	close(resume)
 	select {
 	case err := <-aDone:
