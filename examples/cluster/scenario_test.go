@@ -113,8 +113,8 @@ func TestScenarios(t *testing.T) {
 		{"paused", []string{"-scenario", "paused"}, want{"fenced": "true", "refused": "1", "lost": "0", "data": "[v0,B]", "ok": "true"},
 			func(t *testing.T, m map[string]string, out string) {
 				// The refusal names A's pre-pause epoch and B's.
-				checkAB("presented " + m["epochA"] + ", highest " + m["epochB"])(t, m, out)
-				checkAB("with the token it took before the pause (" + m["epochA"] + ")")(t, m, out)
+				checkAB("presented "+m["epochA"]+", highest "+m["epochB"])(t, m, out)
+				checkAB("with the token it took before the pause ("+m["epochA"]+")")(t, m, out)
 			}},
 		{"paused-unfenced", []string{"-scenario", "paused", "-unfenced"}, want{"fenced": "false", "refused": "0", "lost": "1", "data": "[v0,A]", "ok": "false"}, checkAB("B's update is LOST")},
 		{"paused-bolt", []string{"-scenario", "paused", "-backend", "bolt"}, want{"fenced": "true", "refused": "1", "lost": "0", "ok": "true"}, checkAB("")},
@@ -150,7 +150,7 @@ func TestScenarios(t *testing.T) {
 		{"efficiency", []string{"-scenario", "efficiency"}, want{"runs": "2", "mails": "2", "duplicates": "1", "corrupt": "0", "ok": "true"}, nil},
 		{"gc-pause", []string{"-scenario", "gc-pause"}, want{"fenced": "true", "refused": "1", "late_accepted": "0", "lost": "0", "ok": "true"},
 			func(t *testing.T, m map[string]string, out string) {
-				checkAB("kill -STOP " + m["pidA"])(t, m, out)
+				checkAB("kill -STOP "+m["pidA"])(t, m, out)
 				if num(t, m, "pause") <= num(t, m, "lease") {
 					t.Errorf("the SIGSTOP (%s) did not outlast the lease (%s)", m["pause"], m["lease"])
 				}

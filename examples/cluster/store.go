@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -110,6 +112,10 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
+	}
+	// Like a node's -data, a missing directory is created.
+	if err := os.MkdirAll(filepath.Dir(cfg.Data), 0o755); err != nil {
+		return nil, fmt.Errorf("store: -data %s: %w", cfg.Data, err)
 	}
 	var (
 		b   backend
