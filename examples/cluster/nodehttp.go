@@ -22,6 +22,8 @@ import (
 func (n *node) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/status", n.handleStatus)
+	mux.HandleFunc("/cluster", n.handleCluster)
+	mux.Handle("/", uiHandler())
 	// Every state-changing endpoint goes through mutating (adminguard.go).
 	mux.HandleFunc("/write", mutating(n.handleWrite))
 	mux.HandleFunc("/resign", mutating(n.handleResign))
@@ -54,6 +56,11 @@ func (n *node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if !allow(w, r, http.MethodGet) {
 		return
 	}
+	writeJSON(w, http.StatusOK, n.status())
+}
+
+// status is this node's GET /status.
+func (n *node) status() nodeStatus {
 	st := n.el.Status()
 	out := nodeStatus{
 		ID: st.ID, State: st.State.String(), Term: st.Term,
@@ -72,7 +79,7 @@ func (n *node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if ep, err := n.el.Epoch(); err == nil {
 		out.Epoch = ep.String()
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out
 }
 
 // notLeaderBody is the 503 answer of a node that does not hold an epoch:
