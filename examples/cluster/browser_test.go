@@ -357,4 +357,3 @@ func (w *wsConn) ReadMessage() ([]byte, error) {
 		}
 	}
 }
-
