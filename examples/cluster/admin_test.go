@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -208,15 +209,14 @@ func TestNodeNeedsBootstrapOrJoin(t *testing.T) {
 			t.Errorf("the fresh node does not say why it exits:\n%s", out)
 		}
 	}
-	p, url, raft := startOne(t, dir, "n1")
-	p.signal(15)
+	p, _, raft := startOne(t, dir, "n1")
+	p.signal(syscall.SIGTERM)
 	if code := p.wait(20 * time.Second); code != 0 {
 		t.Fatalf("n1 exited %d after SIGTERM", code)
 	}
 	af := filepath.Join(dir, "again.addr")
 	p = start(t, "n1-again", "node", "-id", "n1", "-raft", raft, "-data", filepath.Join(dir, "n1"), "-heartbeat", "200ms", "-addr-file", af)
-	url = "http://" + field(addrFile(t, af, p), "http")
-	waitLeads(t, url)
+	waitLeads(t, "http://"+field(addrFile(t, af, p), "http"))
 }
 
 // TestHelp: `cluster help` prints the usage of every command and exits 0.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -374,6 +373,3 @@ func waitFor(ctx context.Context, cond func() bool) error {
 	}
 	return nil
 }
-
-// errNoAnswer wraps a store that did not answer.
-var errNoAnswer = errors.New("no answer from the store")

@@ -75,7 +75,7 @@ func (e *env) runScript(ctx context.Context, s pauseScript) (*scriptRun, error) 
 		}
 		run.a = r.act
 	case <-ctx.Done():
-		return nil, fmt.Errorf("A's work never reached its pause: %w", ctx.Err())
+		return nil, fmt.Errorf("the work of A never reached its pause: %w", ctx.Err())
 	}
 	a := run.a
 	var others []*demoNode
@@ -141,10 +141,10 @@ func (e *env) runScript(ctx context.Context, s pauseScript) (*scriptRun, error) 
 	select {
 	case err := <-aDone:
 		if err != nil {
-			return nil, fmt.Errorf("A's work after the pause: %w", err)
+			return nil, fmt.Errorf("the work of A after the pause: %w", err)
 		}
 	case <-ctx.Done():
-		return nil, fmt.Errorf("A's work never finished: %w", ctx.Err())
+		return nil, fmt.Errorf("the work of A never finished: %w", ctx.Err())
 	}
 	if t := e.maxTerm(); t > a.ep.Term {
 		run.elections = t - a.ep.Term
