@@ -95,7 +95,7 @@ func TestGuardForgedHugeTermDoesNotRaiseFence(t *testing.T) {
 		t.Fatalf("real leader: got %v ran=%v err=%v", got, ran, err)
 	}
 
-	huge := gtEp(1<<62, "mallory")
+	huge := gtEp(epoch.MaxTerm, "mallory")
 	otherKey := gtCodec(t, []byte("a different key that nobody shares!!"))
 	signedElsewhere := gtSign(t, otherKey, huge)
 	real := gtSign(t, codec, huge)
