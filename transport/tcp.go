@@ -284,3 +284,14 @@ func (c *serverTLSConn) Write(b []byte) (int, error) {
 	}
 	return c.Conn.Write(b)
 }
+
+// Probe implements Prober: it opens a TCP connection to addr and closes it
+// at once.
+func (t *tcpTransport) Probe(ctx context.Context, addr raft.ServerAddress) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", string(addr))
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -22,8 +23,27 @@ type Transport interface {
 	raft.WithPreVote
 }
 
+// Prober is implemented by transports that can tell whether a peer's
+// address refuses connections right now: Probe opens a connection to addr
+// the way the transport's own RPCs would (same dialer, same network
+// namespace, same source address) and closes it at once, without a TLS
+// handshake or an RPC. It returns nil if the connection was accepted, an
+// error wrapping syscall.ECONNREFUSED if it was refused (nothing listens
+// there, or a firewall rejects it), ErrCannotProbe if this transport cannot
+// probe addr (an in-memory address), or another error (a timeout: ctx ended).
+//
+// package election uses it to tell a dead leader process from a silent one.
+// Every Transport of this package implements Prober, and so does
+// MainLoopOnly's wrapper, which asks the transport it wraps.
+type Prober interface {
+	Probe(ctx context.Context, addr raft.ServerAddress) error
+}
+
 // Compile-time interface checks.
 var (
+	_ Prober    = mainLoopOnly{}
+	_ Prober    = (*Faulty)(nil)
+	_ Prober    = (*Inmem)(nil)
 	_ Transport = mainLoopOnly{}
 	_ Transport = (*tcpTransport)(nil)
 	_ Transport = (*Inmem)(nil)
@@ -68,6 +88,11 @@ var (
 	// ErrDropped is returned by a Faulty transport for an outbound RPC that
 	// Drop chose to lose.
 	ErrDropped = errors.New("transport: rpc dropped")
+
+	// ErrCannotProbe is returned by Prober.Probe when the transport cannot
+	// probe the address (an in-memory transport has no connections to
+	// refuse).
+	ErrCannotProbe = errors.New("transport: cannot probe this address")
 
 	// ErrClosed is returned by a Faulty transport for an RPC attempted after
 	// Close, or interrupted (during an injected delay) by Close.

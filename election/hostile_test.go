@@ -1,0 +1,245 @@
+package election
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/epoch"
+)
+
+// forgery is one hostile RPC and the refusal it must earn.
+type forgery struct {
+	name string
+	want RefusalReason
+	// claimsLeader: the RPC claims the leader's ID, so the leader refuses
+	// it as RefusedClaimsSelf.
+	claimsLeader bool
+	send         func(from raft.Transport, to *tcpNode, c *tcpCluster, ld *tcpNode, term uint64) error
+}
+
+// hdr is an RPC header claiming id at addr.
+func hdr(id, addr string) raft.RPCHeader {
+	return raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(addr)}
+}
+
+// forgeries are the hostile RPCs of issue 16 and a few more: what a process
+// that is not a member can send, claiming to be nobody, a stranger, or (with
+// an impossible term) a member.
+func forgeries(stranger string) []forgery {
+	return []forgery{
+		{"RequestVote, empty ID, transfer flag, term 2^63", RefusedNoIdentity, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, _ uint64) error {
+			return tr.RequestVote("", raft.ServerAddress(to.addr), &raft.RequestVoteRequest{
+				RPCHeader: hdr("", stranger), Term: 1 << 63, LastLogIndex: 1 << 40, LastLogTerm: 1 << 63, LeadershipTransfer: true,
+			}, &raft.RequestVoteResponse{})
+		}},
+		{"RequestVote, empty ID and address, term 2^64-2", RefusedNoIdentity, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, _ uint64) error {
+			return tr.RequestVote("", raft.ServerAddress(to.addr), &raft.RequestVoteRequest{
+				RPCHeader: hdr("", ""), Term: 1<<64 - 2, LastLogIndex: 1 << 40, LastLogTerm: 1<<64 - 2, LeadershipTransfer: true,
+			}, &raft.RequestVoteResponse{})
+		}},
+		{"RequestVote, stranger's ID, longer log, transfer flag", RefusedNotVoter, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, term uint64) error {
+			return tr.RequestVote("", raft.ServerAddress(to.addr), &raft.RequestVoteRequest{
+				RPCHeader: hdr("mallory", stranger), Term: term + 1, LastLogIndex: 1 << 40, LastLogTerm: term, LeadershipTransfer: true,
+			}, &raft.RequestVoteResponse{})
+		}},
+		{"RequestPreVote, stranger's ID", RefusedNotVoter, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, term uint64) error {
+			return tr.(raft.WithPreVote).RequestPreVote("", raft.ServerAddress(to.addr), &raft.RequestPreVoteRequest{
+				RPCHeader: hdr("mallory", stranger), Term: term + 1, LastLogIndex: 1 << 40, LastLogTerm: term,
+			}, &raft.RequestPreVoteResponse{})
+		}},
+		{"RequestVote, a member's ID at the stranger's address", RefusedNotVoter, false, func(tr raft.Transport, to *tcpNode, c *tcpCluster, _ *tcpNode, term uint64) error {
+			other := c.other(to)
+			return tr.RequestVote("", raft.ServerAddress(to.addr), &raft.RequestVoteRequest{
+				RPCHeader: hdr(other.id, stranger), Term: term + 1, LastLogIndex: 1 << 40, LastLogTerm: term, LeadershipTransfer: true,
+			}, &raft.RequestVoteResponse{})
+		}},
+		{"TimeoutNow, stranger's ID", RefusedNotLeader, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, _ uint64) error {
+			return tr.TimeoutNow("", raft.ServerAddress(to.addr), &raft.TimeoutNowRequest{RPCHeader: hdr("mallory", stranger)}, &raft.TimeoutNowResponse{})
+		}},
+		{"TimeoutNow, empty ID", RefusedNoIdentity, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, _ uint64) error {
+			return tr.TimeoutNow("", raft.ServerAddress(to.addr), &raft.TimeoutNowRequest{RPCHeader: hdr("", stranger)}, &raft.TimeoutNowResponse{})
+		}},
+		{"TimeoutNow, a member that does not lead", RefusedNotLeader, false, func(tr raft.Transport, to *tcpNode, c *tcpCluster, ld *tcpNode, _ uint64) error {
+			for _, nd := range c.nodes {
+				if nd != to && nd != ld {
+					return tr.TimeoutNow("", raft.ServerAddress(to.addr), &raft.TimeoutNowRequest{RPCHeader: hdr(nd.id, nd.addr)}, &raft.TimeoutNowResponse{})
+				}
+			}
+			return errors.New("test bug: no member that does not lead")
+		}},
+		{"AppendEntries, stranger's ID, term 2^62", RefusedTermTooHigh, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, _ uint64) error {
+			return tr.AppendEntries("", raft.ServerAddress(to.addr), &raft.AppendEntriesRequest{RPCHeader: hdr("mallory", stranger), Term: 1 << 62}, &raft.AppendEntriesResponse{})
+		}},
+		{"AppendEntries, stranger's ID, next term", RefusedNotMember, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, term uint64) error {
+			return tr.AppendEntries("", raft.ServerAddress(to.addr), &raft.AppendEntriesRequest{RPCHeader: hdr("mallory", stranger), Term: term + 1}, &raft.AppendEntriesResponse{})
+		}},
+		{"AppendEntries, empty ID, term 2^62", RefusedNoIdentity, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, _ uint64) error {
+			return tr.AppendEntries("", raft.ServerAddress(to.addr), &raft.AppendEntriesRequest{RPCHeader: hdr("", stranger), Term: 1 << 62}, &raft.AppendEntriesResponse{})
+		}},
+		{"AppendEntries, the leader's ID and address, term 2^62", RefusedTermTooHigh, true, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, ld *tcpNode, _ uint64) error {
+			return tr.AppendEntries("", raft.ServerAddress(to.addr), &raft.AppendEntriesRequest{RPCHeader: hdr(ld.id, ld.addr), Term: 1 << 62}, &raft.AppendEntriesResponse{})
+		}},
+		{"AppendEntries, the leader's ID, current term, an entry of term 2^62", RefusedTermTooHigh, true, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, ld *tcpNode, term uint64) error {
+			return tr.AppendEntries("", raft.ServerAddress(to.addr), &raft.AppendEntriesRequest{
+				RPCHeader: hdr(ld.id, ld.addr), Term: term, Entries: []*raft.Log{{Index: 1 << 40, Term: 1 << 62, Type: raft.LogNoop}},
+			}, &raft.AppendEntriesResponse{})
+		}},
+		{"AppendEntries claiming this node's own ID", RefusedClaimsSelf, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, term uint64) error {
+			return tr.AppendEntries("", raft.ServerAddress(to.addr), &raft.AppendEntriesRequest{RPCHeader: hdr(to.id, to.addr), Term: term + 1}, &raft.AppendEntriesResponse{})
+		}},
+		{"InstallSnapshot, stranger's ID, term 2^62", RefusedTermTooHigh, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, _ uint64) error {
+			data := bytes.Repeat([]byte("x"), 1<<16)
+			return tr.InstallSnapshot("", raft.ServerAddress(to.addr), &raft.InstallSnapshotRequest{
+				RPCHeader: hdr("mallory", stranger), SnapshotVersion: raft.SnapshotVersionMax, Term: 1 << 62,
+				LastLogIndex: 1 << 40, LastLogTerm: 1 << 62, Size: int64(len(data)),
+			}, &raft.InstallSnapshotResponse{}, bytes.NewReader(data))
+		}},
+		{"InstallSnapshot, stranger's ID, next term", RefusedNotMember, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, term uint64) error {
+			data := bytes.Repeat([]byte("x"), 1<<16)
+			return tr.InstallSnapshot("", raft.ServerAddress(to.addr), &raft.InstallSnapshotRequest{
+				RPCHeader: hdr("mallory", stranger), SnapshotVersion: raft.SnapshotVersionMax, Term: term + 1,
+				LastLogIndex: 1 << 40, LastLogTerm: term, Size: int64(len(data)),
+			}, &raft.InstallSnapshotResponse{}, bytes.NewReader(data))
+		}},
+	}
+}
+
+// other returns a node other than nd.
+func (c *tcpCluster) other(nd *tcpNode) *tcpNode {
+	for _, o := range c.nodes {
+		if o != nd {
+			return o
+		}
+	}
+	return nil
+}
+
+// snapshot is what must not change: every node's term and leader, and the
+// leader's epoch.
+type snapshot struct {
+	terms   map[string]uint64
+	leaders map[string]string
+	epoch   epoch.Epoch
+}
+
+func (c *tcpCluster) snapshot(ld *tcpNode) snapshot {
+	s := snapshot{terms: map[string]uint64{}, leaders: map[string]string{}}
+	for _, nd := range c.nodes {
+		_, id := nd.el.Raft().LeaderWithID()
+		s.terms[nd.id], s.leaders[nd.id] = nd.el.Raft().CurrentTerm(), string(id)
+	}
+	s.epoch, _ = ld.el.Epoch()
+	return s
+}
+
+func (s snapshot) diff(o snapshot) string {
+	var d []string
+	for id, t := range s.terms {
+		if o.terms[id] != t {
+			d = append(d, fmt.Sprintf("%s's term %d -> %d", id, t, o.terms[id]))
+		}
+		if o.leaders[id] != s.leaders[id] {
+			d = append(d, fmt.Sprintf("%s's leader %q -> %q", id, s.leaders[id], o.leaders[id]))
+		}
+	}
+	if s.epoch != o.epoch {
+		d = append(d, fmt.Sprintf("leader's epoch %v -> %v", s.epoch, o.epoch))
+	}
+	return strings.Join(d, "; ")
+}
+
+// attack sends every forgery from tr to every node and checks that each was
+// refused with an error for the expected reason, and that no node's term,
+// leader or epoch moved. An attempt during which raft logged a timeout of
+// its own (load on a 2-core machine) proves nothing and is repeated.
+func (c *tcpCluster) attack(tr raft.Transport, fs []forgery) {
+	c.t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for {
+		ld, _ := c.leaderAbove(0)
+		start := time.Now()
+		before := c.snapshot(ld)
+		want := map[string]map[RefusalReason]uint64{}
+		got0 := map[string]AdmissionStats{}
+		for _, nd := range c.nodes {
+			got0[nd.id] = nd.el.Admission()
+			want[nd.id] = map[RefusalReason]uint64{}
+		}
+		for _, f := range fs {
+			for _, nd := range c.nodes {
+				err := f.send(tr, nd, c, ld, before.terms[nd.id])
+				if err == nil {
+					c.t.Errorf("%s to %s: accepted, want an error", f.name, nd.id)
+				}
+				if f.claimsLeader && nd == ld {
+					want[nd.id][RefusedClaimsSelf]++
+				} else {
+					want[nd.id][f.want]++
+				}
+			}
+		}
+		after := c.snapshot(ld)
+		changed := before.diff(after)
+		if changed != "" && c.check.disturbedSince(start.Add(-2*testET)) && time.Now().Before(deadline) {
+			c.t.Logf("raft timed out on its own during the attack (%s); again", changed)
+			continue
+		}
+		if changed != "" {
+			c.t.Fatalf("the forged RPCs changed the cluster: %s", changed)
+		}
+		for _, nd := range c.nodes {
+			got := nd.el.Admission()
+			for r, n := range want[nd.id] {
+				if d := got.Refused[r] - got0[nd.id].Refused[r]; d != n {
+					c.t.Errorf("%s refused %d RPCs as %s, want %d", nd.id, d, r, n)
+				}
+			}
+		}
+		return
+	}
+}
+
+// TestForgedRPCsChangeNothing is issue 16's first done-when, over plain TCP:
+// a raw hashicorp/raft transport that is not a member sends every node of a
+// three-node cluster forged votes (empty ID with the transfer flag and term
+// 2^63, a stranger with a longer log), TimeoutNow requests and appends with
+// term 2^62. Each is answered with an error, and every node's term, the
+// leader and its epoch are unchanged.
+//
+// Over plain TCP the admission layer can check only what an RPC claims; a
+// stranger who claims a member's ID at its address, with a sane term, is
+// indistinguishable from it (TestMutualTLSBindsIdentity covers that).
+func TestForgedRPCsChangeNothing(t *testing.T) {
+	c := newTCPCluster(t, []string{"f1", "f2", "f3"}, nil)
+	stranger, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 2*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	c.attack(stranger, forgeries(string(stranger.LocalAddr())))
+}
+
+func TestRefusalReasonString(t *testing.T) {
+	seen := map[string]bool{}
+	for _, r := range RefusalReasons() {
+		s := r.String()
+		if seen[s] || strings.HasPrefix(s, "reason_") {
+			t.Errorf("reason %d has name %q", r, s)
+		}
+		seen[s] = true
+	}
+	if len(seen) != numRefusalReasons {
+		t.Errorf("%d names for %d reasons", len(seen), numRefusalReasons)
+	}
+	err := error(&RefusedError{Reason: RefusedNotVoter, Command: "RequestVote", ID: "x"})
+	if !errors.Is(err, ErrRefused) {
+		t.Errorf("RefusedError does not match ErrRefused")
+	}
+}

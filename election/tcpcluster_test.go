@@ -1,0 +1,97 @@
+package election
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/transport"
+)
+
+// tcpCluster is a cluster of Elections on transport.NewTCP over loopback,
+// with bolt stores, fed to one invariant checker.
+type tcpCluster struct {
+	t     *testing.T
+	check *checker
+	nodes []*tcpNode
+}
+
+type tcpNode struct {
+	id, addr string
+	tr       transport.Transport
+	el       *Election
+}
+
+// newTCPCluster starts one bootstrapped voter per id. trCfg, if set, gives
+// each node's transport.Config (its Logger is set here). Cleanup closes
+// every node still open and verifies the checker.
+func newTCPCluster(t *testing.T, ids []string, trCfg func(id string) transport.Config) *tcpCluster {
+	t.Helper()
+	c := &tcpCluster{t: t, check: newChecker(testCluster)}
+	var boot []Server
+	for _, id := range ids {
+		var cfg transport.Config
+		if trCfg != nil {
+			cfg = trCfg(id)
+		}
+		cfg.Logger = c.check.logger(id)
+		tr, err := transport.NewTCP("127.0.0.1:0", "", cfg)
+		if err != nil {
+			t.Fatalf("NewTCP(%s): %v", id, err)
+		}
+		c.nodes = append(c.nodes, &tcpNode{id: id, addr: string(tr.LocalAddr()), tr: tr})
+		boot = append(boot, Server{ID: id, Addr: string(tr.LocalAddr())})
+	}
+	t.Cleanup(func() {
+		for _, nd := range c.nodes {
+			if nd.el != nil {
+				_ = nd.el.Close()
+			} else {
+				_ = nd.tr.Close()
+			}
+		}
+		c.check.verify(t)
+		if t.Failed() {
+			c.check.dumpLog(t)
+		}
+	})
+	for _, nd := range c.nodes {
+		el, err := New(Config{
+			ID: nd.id, Cluster: testCluster, DataDir: t.TempDir(), Transport: nd.tr, Bootstrap: boot,
+			HeartbeatTimeout: testHT, ElectionTimeout: testET, LeaderLeaseTimeout: testLLT,
+			Logger: c.check.logger(nd.id),
+		})
+		if err != nil {
+			t.Fatalf("New(%s): %v", nd.id, err)
+		}
+		nd.el = el
+	}
+	return c
+}
+
+// leaderAbove waits for a node holding an epoch above term and for every
+// other node to follow it.
+func (c *tcpCluster) leaderAbove(term uint64) (*tcpNode, epoch.Epoch) {
+	c.t.Helper()
+	var ld *tcpNode
+	var ep epoch.Epoch
+	waitFor(c.t, fmt.Sprintf("a leader above term %d followed by all", term), func() bool {
+		ld = nil
+		for _, nd := range c.nodes {
+			if e, err := nd.el.Epoch(); err == nil && e.Term > term {
+				c.check.epoch("poll", nd.id, e)
+				ld, ep = nd, e
+			}
+		}
+		if ld == nil {
+			return false
+		}
+		for _, nd := range c.nodes {
+			if _, id := nd.el.Raft().LeaderWithID(); string(id) != ld.id || nd.el.Raft().CurrentTerm() != ep.Term {
+				return false
+			}
+		}
+		return true
+	})
+	return ld, ep
+}
