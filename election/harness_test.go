@@ -54,6 +54,9 @@ type cluster struct {
 	tb    testing.TB
 	nodes []*node
 	check *checker
+	// ht, et and llt are the nodes' timeouts (testHT, testET, testLLT
+	// unless newClusterTimed set others).
+	ht, et, llt time.Duration
 
 	// trip: see tripAbove.
 	tripTerm atomic.Uint64 // 0: disarmed
@@ -78,7 +81,14 @@ type node struct {
 // reports every invariant violation the checker saw.
 func newCluster(tb testing.TB, n int) *cluster {
 	tb.Helper()
-	c := &cluster{tb: tb, check: newChecker(testCluster)}
+	return newClusterTimed(tb, n, testHT, testET, testLLT)
+}
+
+// newClusterTimed is newCluster with the given HeartbeatTimeout,
+// ElectionTimeout and LeaderLeaseTimeout.
+func newClusterTimed(tb testing.TB, n int, ht, et, llt time.Duration) *cluster {
+	tb.Helper()
+	c := &cluster{tb: tb, check: newChecker(testCluster), ht: ht, et: et, llt: llt}
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
 		c.nodes = append(c.nodes, &node{c: c, id: id, dir: tb.TempDir()})
@@ -122,9 +132,9 @@ func (c *cluster) config(nd *node) Config {
 		DataDir:            nd.dir,
 		Transport:          nd.net,
 		Bootstrap:          boot,
-		HeartbeatTimeout:   testHT,
-		ElectionTimeout:    testET,
-		LeaderLeaseTimeout: testLLT,
+		HeartbeatTimeout:   c.ht,
+		ElectionTimeout:    c.et,
+		LeaderLeaseTimeout: c.llt,
 		Logger:             c.check.logger(nd.id),
 	}
 }
@@ -376,6 +386,7 @@ type checker struct {
 	maxTerm   uint64                     // highest epoch term seen
 	epochs    int                        // epoch sightings
 	unrest    []time.Time                // when raft logged a disturbance
+	unrestBy  []string                   // on which node (same index)
 	errs      []string
 	tail      []string // the last log lines of every node, for a failing test
 }
@@ -453,10 +464,11 @@ func (c *checker) leadership(node string, l Leadership) {
 }
 
 // disturbed records that raft logged one of disturbances.
-func (c *checker) disturbed() {
+func (c *checker) disturbed(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.unrest = append(c.unrest, time.Now())
+	c.unrestBy = append(c.unrestBy, node)
 }
 
 // disturbedSince reports whether raft logged a disturbance at or after t.
@@ -464,6 +476,19 @@ func (c *checker) disturbedSince(t time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.unrest) > 0 && !c.unrest[len(c.unrest)-1].Before(t)
+}
+
+// disturbedBetween reports whether raft logged a disturbance in [from, to]
+// on a node other than except.
+func (c *checker) disturbedBetween(from, to time.Time, except string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, at := range c.unrest {
+		if !at.Before(from) && !at.After(to) && c.unrestBy[i] != except {
+			return true
+		}
+	}
+	return false
 }
 
 // holderOf returns the node seen holding an epoch of term, or "".
@@ -560,7 +585,7 @@ func (w *wonWriter) Write(p []byte) (int, error) {
 		case rec.Msg == "election won":
 			w.c.elected(w.node, rec.Term)
 		case slices.Contains(disturbances, rec.Msg):
-			w.c.disturbed()
+			w.c.disturbed(w.node)
 		}
 	}
 	return len(p), nil

@@ -459,12 +459,29 @@ func (w *waker) announce(leader raft.ServerID) {
 		w.rpcs.Add(1)
 		go func() {
 			defer w.rpcs.Done()
-			var resp raft.RequestPreVoteResponse
-			_ = w.tr.RequestPreVote(s.ID, s.Address, req, &resp)
+			// A pooled connection to a peer that restarted fails at once
+			// (raft's NetworkTransport reuses it unchecked, then drops
+			// it): try the next one, up to a fresh dial.
+			for range announceAttempts {
+				var resp raft.RequestPreVoteResponse
+				if err := w.tr.RequestPreVote(s.ID, s.Address, req, &resp); err == nil {
+					return
+				}
+				select {
+				case <-w.quit:
+					return
+				default:
+				}
+			}
 		}()
 	}
 	w.log.Debug("wake: leader's port refused, told the other voters", "leader", string(leader), "to", sent)
 }
+
+// announceAttempts bounds the tries of one announcement: raft's
+// NetworkTransport pools up to 3 connections per peer (transport.DefaultMaxPool),
+// each of which may be dead, then dials.
+const announceAttempts = 4
 
 // wakeOrder is this follower's place in the wake order under its current
 // leader. raft's own follower timer would otherwise fire on any follower
