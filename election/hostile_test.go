@@ -2,16 +2,22 @@ package election
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/transport"
+	"github.com/termfence/termfence/transport/transporttest"
 )
 
 // forgery is one hostile RPC and the refusal it must earn.
@@ -155,11 +161,18 @@ func (s snapshot) diff(o snapshot) string {
 	return strings.Join(d, "; ")
 }
 
+// How attack checks who refused the forgeries.
+const (
+	byAdmission = iota // plain TCP: the admission layer, each for its reason
+	byTransport        // TLS, a peer certificate of a stranger: the transport (a claim that is not the certificate's) or the admission layer
+	atHandshake        // TLS, a certificate that is no peer's: nothing gets past the handshake
+)
+
 // attack sends every forgery from tr to every node and checks that each was
-// refused with an error for the expected reason, and that no node's term,
-// leader or epoch moved. An attempt during which raft logged a timeout of
-// its own (load on a 2-core machine) proves nothing and is repeated.
-func (c *tcpCluster) attack(tr raft.Transport, fs []forgery) {
+// refused with an error, by whom mode says, and that no node's term, leader
+// or epoch moved. An attempt during which raft logged a timeout of its own
+// (load on a 2-core machine) proves nothing and is repeated.
+func (c *tcpCluster) attack(tr raft.Transport, fs []forgery, mode int) {
 	c.t.Helper()
 	deadline := time.Now().Add(waitLong)
 	for {
@@ -168,8 +181,10 @@ func (c *tcpCluster) attack(tr raft.Transport, fs []forgery) {
 		before := c.snapshot(ld)
 		want := map[string]map[RefusalReason]uint64{}
 		got0 := map[string]AdmissionStats{}
+		in0 := map[string]transport.InboundStats{}
 		for _, nd := range c.nodes {
 			got0[nd.id] = nd.el.Admission()
+			in0[nd.id], _ = transport.Inbound(nd.tr)
 			want[nd.id] = map[RefusalReason]uint64{}
 		}
 		for _, f := range fs {
@@ -196,9 +211,29 @@ func (c *tcpCluster) attack(tr raft.Transport, fs []forgery) {
 		}
 		for _, nd := range c.nodes {
 			got := nd.el.Admission()
-			for r, n := range want[nd.id] {
-				if d := got.Refused[r] - got0[nd.id].Refused[r]; d != n {
-					c.t.Errorf("%s refused %d RPCs as %s, want %d", nd.id, d, r, n)
+			in, _ := transport.Inbound(nd.tr)
+			refused := uint64(0)
+			for _, r := range RefusalReasons() {
+				refused += got.Refused[r] - got0[nd.id].Refused[r]
+			}
+			switch mode {
+			case byAdmission:
+				for r, n := range want[nd.id] {
+					if d := got.Refused[r] - got0[nd.id].Refused[r]; d != n {
+						c.t.Errorf("%s refused %d RPCs as %s, want %d", nd.id, d, r, n)
+					}
+				}
+			case byTransport:
+				claims := in.ClaimRefused - in0[nd.id].ClaimRefused
+				if refused+claims != uint64(len(fs)) {
+					c.t.Errorf("%s: %d refused by admission + %d claims refused by the transport, want %d", nd.id, refused, claims, len(fs))
+				}
+			case atHandshake:
+				if refused != 0 {
+					c.t.Errorf("%s: %d forged RPCs got past the handshake to the admission layer", nd.id, refused)
+				}
+				if in.HandshakeFailed == in0[nd.id].HandshakeFailed {
+					c.t.Errorf("%s: no handshake failed", nd.id)
 				}
 			}
 		}
@@ -223,7 +258,99 @@ func TestForgedRPCsChangeNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stranger.Close()
-	c.attack(stranger, forgeries(string(stranger.LocalAddr())))
+	c.attack(stranger, forgeries(string(stranger.LocalAddr())), byAdmission)
+}
+
+// tlsStranger is a raw hashicorp/raft NetworkTransport that dials over TLS
+// with cfg: a process that is not a member, holding some certificate.
+type tlsStranger struct {
+	net.Listener
+	cfg *tls.Config
+}
+
+func (s *tlsStranger) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", string(addr), s.cfg)
+}
+
+func newTLSStranger(t *testing.T, cfg *tls.Config) *raft.NetworkTransport {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: &tlsStranger{Listener: ln, cfg: cfg}, MaxPool: 1, Timeout: 2 * time.Second, Logger: hclog.NewNullLogger(),
+	})
+	t.Cleanup(func() { _ = nt.Close() })
+	return nt
+}
+
+// TestMutualTLSBindsIdentity is issue 16's first done-when over mutual TLS:
+// the same forged RPCs, sent by a process holding a client-only
+// certificate from the cluster CA (an operator's curl certificate), and by
+// one holding a valid peer certificate that names another server
+// ("mallory", no member) — which can neither claim a member's ID (its
+// certificate says mallory: the transport refuses the claim) nor act as
+// mallory (not a member: the admission layer refuses). Every RPC fails, and
+// every node's term, the leader and its epoch stay.
+func TestMutualTLSBindsIdentity(t *testing.T) {
+	ca, err := transporttest.NewCA(t.TempDir(), "cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mutual := func(id string, spec *transporttest.Spec) *tls.Config {
+		var cert, key string
+		var err error
+		if spec == nil {
+			cert, key, err = ca.Peer(id)
+		} else {
+			cert, key, err = ca.Issue(*spec)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spec != nil { // an attacker's: no checks of its own
+			return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true} //nolint:gosec // the attacker
+		}
+		cfg, err := transport.MutualTLS(cert, key, ca.CertFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	c := newTCPCluster(t, []string{"f1", "f2", "f3"}, func(id string) transport.Config {
+		return transport.Config{TLS: mutual(id, nil), Timeout: 2 * time.Second}
+	})
+	t.Run("client-only certificate", func(t *testing.T) {
+		tr := newTLSStranger(t, mutual("", &transporttest.Spec{Name: "operator", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}))
+		c.t = t
+		c.attack(tr, forgeries(string(tr.LocalAddr())), atHandshake)
+	})
+	t.Run("certificate naming another server", func(t *testing.T) {
+		tr := newTLSStranger(t, mutual("", &transporttest.Spec{Name: "mallory"}))
+		c.t = t
+		fs := forgeries(string(tr.LocalAddr()))
+		// What mallory can also send: a TimeoutNow as the leader, an
+		// append as the leader with a sane term — over plain TCP these
+		// would pass as the leader's own.
+		fs = append(fs,
+			forgery{"TimeoutNow claiming the leader", RefusedNotLeader, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, ld *tcpNode, _ uint64) error {
+				return tr.TimeoutNow("", raft.ServerAddress(to.addr), &raft.TimeoutNowRequest{RPCHeader: hdr(ld.id, ld.addr)}, &raft.TimeoutNowResponse{})
+			}},
+			forgery{"AppendEntries claiming the leader, next term", RefusedNotMember, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, ld *tcpNode, term uint64) error {
+				return tr.AppendEntries("", raft.ServerAddress(to.addr), &raft.AppendEntriesRequest{RPCHeader: hdr(ld.id, ld.addr), Term: term + 1}, &raft.AppendEntriesResponse{})
+			}},
+			forgery{"RequestVote as mallory, transfer flag", RefusedNotVoter, false, func(tr raft.Transport, to *tcpNode, _ *tcpCluster, _ *tcpNode, term uint64) error {
+				return tr.RequestVote("", raft.ServerAddress(to.addr), &raft.RequestVoteRequest{
+					RPCHeader: hdr("mallory", string(tr.LocalAddr())), Term: term + 1, LastLogIndex: 1 << 40, LastLogTerm: term, LeadershipTransfer: true,
+				}, &raft.RequestVoteResponse{})
+			}},
+		)
+		c.attack(tr, fs, byTransport)
+	})
 }
 
 func TestRefusalReasonString(t *testing.T) {

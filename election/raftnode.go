@@ -49,6 +49,10 @@ func openNode(c Config, notifyCh chan<- bool) (*raftNode, error) {
 	if err := checkSelfAddr(c, n.localAddr); err != nil {
 		return nil, err
 	}
+	if id := transport.LocalServerID(c.Transport); id != "" && id != c.ID {
+		return nil, fmt.Errorf("%w: ID is %s but the transport's TLS certificate names server %s: every peer would refuse this node's RPCs",
+			ErrInvalidConfig, c.ID, id)
+	}
 	rc := raftConfig(c, notifyCh)
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
