@@ -31,14 +31,16 @@ import (
 // own certificate must name its own server ID (election.Config.ID).
 //
 // To issue such certificates with openssl (a CA for this cluster only, then
-// one certificate per node; see examples/cluster/README.md):
+// one certificate per node; TestOpenSSLRecipe runs these very lines):
 //
 //	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 365 \
 //	  -subj "/CN=raft CA" -keyout ca.key -out ca.crt
-//	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
-//	  -subj "/CN=n1" -keyout n1.key -out n1.csr
-//	openssl x509 -req -in n1.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -out n1.crt \
-//	  -extfile <(printf "subjectAltName=URI:urn:termfence:server:n1\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=digitalSignature")
+//	for id in n1 n2 n3; do
+//	  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+//	    -subj "/CN=$id" -keyout $id.key -out $id.csr
+//	  openssl x509 -req -in $id.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -out $id.crt \
+//	    -extfile <(printf "subjectAltName=URI:urn:termfence:server:$id\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=digitalSignature")
+//	done
 //
 // The files are read once. MutualTLS fails with an error wrapping
 // ErrCertificate if a file cannot be read or parsed, the key does not match
