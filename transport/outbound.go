@@ -190,13 +190,6 @@ func (d *dialLayer) Close() error {
 	return nil
 }
 
-// open reports how many outbound connections are open.
-func (d *dialLayer) open() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.conns)
-}
-
 // outConn is an outbound connection that replaces itself with a fresh one
 // when the peer closed it while it was unused (see staleAfter).
 type outConn struct {
