@@ -28,6 +28,21 @@ var (
 	ErrBadResource = errors.New("storageguard: bad resource name")
 	// ErrClosed is returned by every call on a closed fence.
 	ErrClosed = errors.New("storageguard: fence closed")
+	// ErrFenceLost is returned by a fence that admitted an epoch but could
+	// not hold the admission for as long as the write ran: the lock or
+	// session that kept newer epochs out was lost underneath it (a database
+	// session ended, a lock was broken). The write may have run, in part or
+	// in full, without the guarantee that no newer epoch was admitted
+	// meanwhile; treat its outcome as unknown. Errors that match it may wrap
+	// the cause.
+	ErrFenceLost = errors.New("storageguard: fence lost during the write")
+	// ErrNoFence is returned by every call on a Guard that was built without
+	// a fence (a nil Fence), and by handlers built on such a Guard.
+	ErrNoFence = errors.New("storageguard: guard has no fence")
+	// ErrBadConfig is returned by the Validate methods of configurations
+	// (GuardConfig here, and those of the fence packages) and by every call
+	// on a Guard built from an invalid config.
+	ErrBadConfig = errors.New("storageguard: bad config")
 )
 
 // MaxResourceLen is the longest resource name, in bytes.

@@ -7,7 +7,8 @@ import (
 )
 
 // Fence keeps, per resource, the highest epoch it has accepted and refuses
-// older ones (DESIGN.md I4, I5). All methods are safe for concurrent use.
+// older ones (docs/DESIGN.md I4, I5). All methods are safe for concurrent
+// use.
 type Fence interface {
 	// Do admits ep for resource and runs write under it, as one step: write
 	// runs only if ep is not older than the highest epoch, and no newer epoch

@@ -10,14 +10,6 @@ import (
 	"github.com/termfence/termfence/epoch"
 )
 
-// ErrNoFence is returned by every call on a Guard that was built without a
-// fence (a nil Fence).
-var ErrNoFence = errors.New("storageguard: guard has no fence")
-
-// ErrBadConfig is returned by GuardConfig.Validate and ProxyConfig.Validate,
-// and by every call on a Guard or proxy built from an invalid config.
-var ErrBadConfig = errors.New("storageguard: bad config")
-
 // GuardConfig configures a Guard. The zero value is valid but authenticates
 // nothing; see Verifier.
 type GuardConfig struct {
@@ -88,7 +80,11 @@ func isNilFence(f Fence) bool {
 	return false
 }
 
-func (g *Guard) usable() error {
+// Err reports why g cannot work, or nil: ErrNoFence for a nil Guard or one
+// built without a fence, the Validate error (ErrBadConfig) for one built
+// from an invalid config. Every call on such a Guard fails with it; handlers
+// built on a Guard check it once, when they are built.
+func (g *Guard) Err() error {
 	if g == nil {
 		return ErrNoFence
 	}
@@ -103,7 +99,7 @@ func (g *Guard) usable() error {
 // another cluster than GuardConfig.Cluster with a *ForeignError. resource
 // only names the resource in a ForeignError.
 func (g *Guard) Verify(resource, token string) (epoch.Epoch, error) {
-	if err := g.usable(); err != nil {
+	if err := g.Err(); err != nil {
 		return epoch.Epoch{}, err
 	}
 	if token == "" {
@@ -134,7 +130,7 @@ func (g *Guard) Verify(resource, token string) (epoch.Epoch, error) {
 // admit checks everything that needs no fence: the guard itself, the
 // resource name and the token.
 func (g *Guard) admit(resource, token string) (epoch.Epoch, error) {
-	if err := g.usable(); err != nil {
+	if err := g.Err(); err != nil {
 		return epoch.Epoch{}, err
 	}
 	if err := ValidateResource(resource); err != nil {
@@ -201,7 +197,7 @@ func (g *Guard) Check(ctx context.Context, resource, token string) (epoch.Epoch,
 // Highest returns the highest epoch the fence has accepted for resource, or
 // the zero Epoch if none was.
 func (g *Guard) Highest(ctx context.Context, resource string) (epoch.Epoch, error) {
-	if err := g.usable(); err != nil {
+	if err := g.Err(); err != nil {
 		return epoch.Epoch{}, err
 	}
 	if err := ValidateResource(resource); err != nil {

@@ -4,53 +4,18 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
-// gtKey is the HMAC key the guard and proxy tests sign with.
+// gtSpy returns a Spy over a Memory fence.
+func gtSpy() *fencetest.Spy { return &fencetest.Spy{Fence: storageguard.NewMemory()} }
+
+// gtKey is the HMAC key the guard tests sign with.
 var gtKey = []byte("termfence test key, 32 bytes or more")
-
-// gtSpyFence counts every call that reaches the fence it wraps.
-// onDo, if set, is called with each epoch that reaches Do or Admit, before the fence
-// decides on it.
-type gtSpyFence struct {
-	storageguard.Fence
-	calls atomic.Int64 // Do, Admit, Check: every call that decides on an epoch
-	reads atomic.Int64 // Highest
-	onDo  func(epoch.Epoch)
-}
-
-func (s *gtSpyFence) Do(ctx context.Context, r string, ep epoch.Epoch, w func(context.Context) error) error {
-	s.calls.Add(1)
-	if s.onDo != nil {
-		s.onDo(ep)
-	}
-	return s.Fence.Do(ctx, r, ep, w)
-}
-
-func (s *gtSpyFence) Admit(ctx context.Context, r string, ep epoch.Epoch) error {
-	s.calls.Add(1)
-	if s.onDo != nil {
-		s.onDo(ep)
-	}
-	return s.Fence.Admit(ctx, r, ep)
-}
-
-func (s *gtSpyFence) Check(ctx context.Context, r string, ep epoch.Epoch) error {
-	s.calls.Add(1)
-	return s.Fence.Check(ctx, r, ep)
-}
-
-func (s *gtSpyFence) Highest(ctx context.Context, r string) (epoch.Epoch, error) {
-	s.reads.Add(1)
-	return s.Fence.Highest(ctx, r)
-}
-
-func gtSpy() *gtSpyFence { return &gtSpyFence{Fence: storageguard.NewMemory()} }
 
 func gtCodec(t testing.TB, key []byte) epoch.Codec {
 	t.Helper()
@@ -113,7 +78,7 @@ func TestGuardForgedHugeTermDoesNotRaiseFence(t *testing.T) {
 		{"tampered term", tampered, epoch.ErrBadSignature},
 		{"signature of another token", real[:strings.LastIndexByte(real, ':')] + leader[strings.LastIndexByte(leader, ':'):], epoch.ErrBadSignature},
 	}
-	before := spy.calls.Load()
+	before := spy.Calls.Load()
 	for _, c := range cases {
 		_, ran, err := gtWrite(g, "ledger", c.token)
 		if !errors.Is(err, storageguard.ErrUnauthenticated) || !errors.Is(err, c.cause) {
@@ -129,7 +94,7 @@ func TestGuardForgedHugeTermDoesNotRaiseFence(t *testing.T) {
 			t.Errorf("%s: Check err = %v", c.name, err)
 		}
 	}
-	if n := spy.calls.Load() - before; n != 0 {
+	if n := spy.Calls.Load() - before; n != 0 {
 		t.Fatalf("refused tokens reached the fence %d times", n)
 	}
 	h, err := g.Highest(context.Background(), "ledger")
@@ -166,7 +131,7 @@ func TestGuardMalformedAndMissingTokens(t *testing.T) {
 		if !errors.Is(err, storageguard.ErrUnauthenticated) || ran {
 			t.Errorf("%s: empty token: ran=%v err=%v, want ErrUnauthenticated", v.name, ran, err)
 		}
-		if n := spy.calls.Load(); n != 0 {
+		if n := spy.Calls.Load(); n != 0 {
 			t.Errorf("%s: refused tokens reached the fence %d times", v.name, n)
 		}
 	}
@@ -185,7 +150,7 @@ func TestGuardForeignCluster(t *testing.T) {
 	if fe.Presented != foreign || fe.Cluster != "payments" || fe.Resource != "ledger" {
 		t.Fatalf("ForeignError = %+v", fe)
 	}
-	if n := spy.calls.Load(); n != 0 {
+	if n := spy.Calls.Load(); n != 0 {
 		t.Fatalf("foreign token reached the fence %d times", n)
 	}
 
@@ -276,7 +241,7 @@ func TestGuardBadResource(t *testing.T) {
 			t.Errorf("Highest of %d bytes: %v", len(r), err)
 		}
 	}
-	if n := spy.calls.Load(); n != 0 {
+	if n := spy.Calls.Load(); n != 0 {
 		t.Fatalf("bad resources reached the fence %d times", n)
 	}
 	if _, ran, err := gtWrite(g, strings.Repeat("r", storageguard.MaxResourceLen), tok); err != nil || !ran {

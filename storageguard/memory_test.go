@@ -7,17 +7,25 @@ import (
 	"testing"
 
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
 func TestMemory(t *testing.T) {
-	testFence(t, fenceKind{
-		open: func(t *testing.T) storageguard.Fence {
+	fencetest.Run(t, fencetest.Kind{
+		Open: func(t *testing.T) storageguard.Fence {
 			m := storageguard.NewMemory()
 			t.Cleanup(func() { m.Close() })
 			return m
 		},
-		goroutines: 32, ops: 2000,
+		Goroutines: 32, Ops: 2000,
 	})
+}
+
+// BenchmarkMemory compares a same-epoch Memory.Do with the mutex-guarded
+// map write it would typically protect (target: Do <= 2x baseline), serial
+// and with b.RunParallel.
+func BenchmarkMemory(b *testing.B) {
+	fencetest.BenchSameEpoch(b, func(*testing.B) storageguard.Fence { return storageguard.NewMemory() })
 }
 
 // BenchmarkMemoryMillionResources reports the heap a Memory fence needs for

@@ -16,14 +16,15 @@
 // # Guarantees
 //
 //   - A node stamps a write only with an epoch it held (election.Epoch, the
-//     triple read of DESIGN.md I1) when the write was decided; the token is
-//     HMAC-signed with -token-key.
+//     triple read of docs/DESIGN.md I1) when the write was decided; the
+//     token is HMAC-signed with -token-key.
 //   - The store admits a write only through storageguard: the token is
 //     verified (signature, form, cluster) before the fence sees it, and the
 //     fence's check and raise happen in the same step as the record write
-//     (one SQLite transaction with SQL.Tx; inside the Bolt fence's Do with
-//     Middleware). Once it has accepted epoch E for a resource it refuses
-//     every older epoch for it, across restarts and crashes.
+//     (one SQLite transaction with sqlfence's Tx; inside boltfence's Do
+//     with httpfence.Middleware). Once it has accepted epoch E for a
+//     resource it refuses every older epoch for it, across restarts and
+//     crashes.
 //   - With -tls-cert/-tls-key/-tls-ca, Raft and the node's HTTP API accept
 //     only peers and clients with a certificate from the cluster's CA.
 //

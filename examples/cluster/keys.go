@@ -14,7 +14,7 @@ import (
 // store (which verifies): HMAC-SHA256 with the key in keyFile, or, with no
 // key file, unsigned tokens and a warning, since then anyone who can reach
 // the store can present any epoch — including a forged huge term that locks
-// every real leader out (DESIGN.md I6).
+// every real leader out (docs/DESIGN.md I6).
 //
 // The key is the file's content with surrounding whitespace removed, so both
 // raw random bytes and `openssl rand -hex 32` output work; it must be at

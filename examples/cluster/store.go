@@ -13,6 +13,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/httpfence"
 )
 
 // The store is the fenced resource outside the consensus group: a table of
@@ -20,13 +21,13 @@ import (
 // epoch. It is shared by the `store` subcommand and the demo, which serves
 // the same handler on a loopback listener.
 //
-// Every write goes through storageguard (DESIGN.md I4, I7): the token is
-// verified first (signature, form, cluster — I6), then the epoch is admitted
-// by the fence in the same step as the record write:
+// Every write goes through storageguard (docs/DESIGN.md I4, I7): the token
+// is verified first (signature, form, cluster — I6), then the epoch is
+// admitted by the fence in the same step as the record write:
 //
-//   - sqlite: storageguard.SQL.Tx — the fence raise and the record upsert are
-//     one SQLite transaction, so neither exists without the other;
-//   - bolt: storageguard.Middleware over a Bolt fence — the record handler
+//   - sqlite: sqlfence's Fence.Tx — the fence raise and the record upsert
+//     are one SQLite transaction, so neither exists without the other;
+//   - bolt: httpfence.Middleware over a boltfence fence — the record handler
 //     runs inside the fence's Do, after the raise is durable, and no newer
 //     epoch is admitted until it has returned.
 //
@@ -62,7 +63,7 @@ type backend interface {
 // accepts any well-formed token).
 type storeConfig struct {
 	Backend  string // "sqlite" (default) or "bolt"
-	Data     string // the SQLite file, or the Bolt fence file (records go next to it)
+	Data     string // the SQLite file, or the boltfence file (records go next to it)
 	Cluster  string
 	Unfenced bool
 	Verifier epoch.Verifier
@@ -193,7 +194,7 @@ func (s *recordStore) count(rec *capture) {
 		}
 	case http.StatusConflict, http.StatusUnauthorized, http.StatusForbidden:
 		s.refused++
-		var ref storageguard.Refusal
+		var ref httpfence.Refusal
 		key := "unauthenticated"
 		if json.Unmarshal(rec.body.Bytes(), &ref) == nil && ref.Presented != nil {
 			key = ref.Presented.String()
@@ -227,10 +228,10 @@ func (c *capture) Write(b []byte) (int, error) {
 	return c.ResponseWriter.Write(b)
 }
 
-// refuseWrite answers a refused or failed write exactly as storageguard's
+// refuseWrite answers a refused or failed write exactly as httpfence's
 // proxy and Middleware do (so both backends answer alike).
 func refuseWrite(w http.ResponseWriter, resource string, err error) {
-	status, body := storageguard.RefusalFor(resource, err)
+	status, body := httpfence.RefusalFor(resource, err)
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", epoch.Header)
 	}
@@ -246,7 +247,7 @@ func accept(w http.ResponseWriter, ep epoch.Epoch) {
 // authentic, but its epoch is not compared with the highest.
 func (s *recordStore) unfencedWrite(w http.ResponseWriter, r *http.Request) {
 	req := requestOf(r)
-	tok, err := storageguard.TokenFrom(r)
+	tok, err := httpfence.TokenFrom(r)
 	var ep epoch.Epoch
 	if err == nil {
 		ep, err = s.guard.Verify(req.Resource, tok)

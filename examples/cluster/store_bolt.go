@@ -12,17 +12,19 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/boltfence"
+	"github.com/termfence/termfence/storageguard/httpfence"
 )
 
-// boltBackend keeps the fence in a storageguard.Bolt file and the records in
+// boltBackend keeps the fence in a boltfence file and the records in
 // a second bbolt file beside it (bbolt lets one owner open a file; the fence
-// owns its own). The write path is storageguard.Middleware: the record
+// owns its own). The write path is httpfence.Middleware: the record
 // handler runs inside the fence's Do, after a raise is durable, and no newer
 // epoch is admitted until it has returned — so a record is never written
 // under an epoch older than the fence's, and an acknowledged record write is
 // fsynced.
 type boltBackend struct {
-	f  *storageguard.Bolt
+	f  *boltfence.Fence
 	db *bolt.DB
 }
 
@@ -38,7 +40,7 @@ type boltRecord struct {
 
 // openBolt opens the fence at path and the records at path + "-records".
 func openBolt(path string) (*boltBackend, error) {
-	f, err := storageguard.OpenBolt(path)
+	f, err := boltfence.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
@@ -112,14 +114,14 @@ func (b *boltBackend) resources(context.Context) ([]string, error) {
 
 func (b *boltBackend) fence() storageguard.Fence { return b.f }
 
-// fencedWriter is storageguard.Middleware around the record write: the
+// fencedWriter is httpfence.Middleware around the record write: the
 // middleware verifies the token and runs the handler inside Guard.Do for the
 // request's resource.
 func (b *boltBackend) fencedWriter(g *storageguard.Guard) http.Handler {
-	mw := storageguard.Middleware(g, func(r *http.Request) string { return requestOf(r).Resource })
+	mw := httpfence.Middleware(g, func(r *http.Request) string { return requestOf(r).Resource })
 	return mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := requestOf(r)
-		ep, ok := storageguard.EpochFrom(r.Context())
+		ep, ok := httpfence.EpochFrom(r.Context())
 		if !ok {
 			// Unreachable behind Middleware; refuse rather than write unfenced.
 			writeError(w, http.StatusInternalServerError, "store: write reached the handler without an admitted epoch")

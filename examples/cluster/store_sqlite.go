@@ -12,14 +12,16 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/httpfence"
+	"github.com/termfence/termfence/storageguard/sqlfence"
 )
 
-// sqliteBackend keeps records in a SQLite table next to storageguard's fence
-// table, in one database file, so SQL.Tx can raise the fence and upsert the
-// record in one transaction.
+// sqliteBackend keeps records in a SQLite table next to sqlfence's fence
+// table, in one database file, so Fence.Tx can raise the fence and upsert
+// the record in one transaction.
 type sqliteBackend struct {
 	db *sql.DB
-	sf *storageguard.SQL
+	sf *sqlfence.Fence
 }
 
 var _ backend = (*sqliteBackend)(nil)
@@ -50,7 +52,7 @@ func openSQLite(ctx context.Context, path string) (*sqliteBackend, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: sqlite %s: create records table: %w", path, err)
 	}
-	f, err := storageguard.OpenSQL(ctx, db, storageguard.SQLite)
+	f, err := sqlfence.Open(ctx, db, sqlfence.SQLite)
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: sqlite %s: %w", path, err)
@@ -113,13 +115,13 @@ func (b *sqliteBackend) resources(ctx context.Context) ([]string, error) {
 func (b *sqliteBackend) fence() storageguard.Fence { return b.sf }
 
 // fencedWriter verifies the token with the Guard, then admits its epoch and
-// upserts the record in one SQL transaction (storageguard.SQL.Tx): if the
+// upserts the record in one SQL transaction (sqlfence.Fence.Tx): if the
 // epoch is stale the transaction writes nothing; if it is newer, the raise
 // and the record commit together.
 func (b *sqliteBackend) fencedWriter(g *storageguard.Guard) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := requestOf(r)
-		tok, err := storageguard.TokenFrom(r)
+		tok, err := httpfence.TokenFrom(r)
 		var ep epoch.Epoch
 		if err == nil {
 			ep, err = g.Verify(req.Resource, tok)

@@ -130,7 +130,7 @@ func TestStoreRefusals(t *testing.T) {
 
 // TestStoreSurvivesKill shows the store's records and high-water mark are
 // durable: after SIGKILL and a restart on the same file an old epoch is
-// still refused and the data is intact (DESIGN.md I5).
+// still refused and the data is intact (docs/DESIGN.md I5).
 func TestStoreSurvivesKill(t *testing.T) {
 	for _, backendName := range []string{"sqlite", "bolt"} {
 		t.Run(backendName, func(t *testing.T) {

@@ -17,8 +17,8 @@ import (
 	"github.com/termfence/termfence/storageguard/internal/txretry"
 )
 
-// The table is storageguard.SQL's PostgreSQL table: both fences may guard
-// the same resources at once.
+// The table is sqlfence's PostgreSQL table: both fences may guard the same
+// resources at once.
 const (
 	qCreate       = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BYTEA PRIMARY KEY, cluster TEXT NOT NULL, term BIGINT NOT NULL, leader TEXT NOT NULL)"
 	qInsert       = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES ($1, $2, $3, $4) ON CONFLICT (resource) DO NOTHING"

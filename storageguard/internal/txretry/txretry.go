@@ -1,5 +1,5 @@
-// Package txretry drives the transactions of the SQL fences (storageguard's
-// SQL and storageguard/pgfence): one attempt under a shared lock, an
+// Package txretry drives the transactions of the SQL fences
+// (storageguard/sqlfence and storageguard/pgfence): one attempt under a shared lock, an
 // exclusive one when the epoch must be raised, and bounded retries of
 // serialization failures with backoff. The fences supply the attempts and
 // say which errors are worth another try.
@@ -15,7 +15,7 @@ import (
 
 // ErrNeedRaise is returned by a shared attempt that found the presented
 // epoch newer than the highest: Run then raises under the exclusive lock.
-var ErrNeedRaise = errors.New("storageguard: raise needed")
+var ErrNeedRaise = errors.New("txretry: raise needed")
 
 // Attempt runs one transaction. exclusive: lock the fence row for a raise
 // (creating it if missing). withFn: run the caller's function in the

@@ -1,0 +1,35 @@
+// Package sqlfence is a storageguard.Fence in a table of an SQL database
+// reached through database/sql (SQLite or PostgreSQL), and the way to make
+// the check part of the transaction that writes: Fence.Tx runs the
+// application's function in the transaction that checks, and if newer
+// raises, the epoch — the seed's "UPDATE … WHERE fence <= :token", made
+// general. It imports no driver: open the *sql.DB with one of your choice
+// (modernc.org/sqlite, pgx's stdlib).
+//
+// # Guarantees
+//
+//   - Tx: the check, the raise and the caller's writes commit together or
+//     not at all; a refused epoch's function never runs, and a write under
+//     an epoch that became stale before the commit does not commit
+//     (docs/DESIGN.md I4).
+//   - Do and Admit: a raise is committed on its own (durable, I5) before the
+//     write runs; the write then runs while a transaction holds the fence
+//     row's lock (FOR SHARE on PostgreSQL, the database's write lock on
+//     SQLite), so no newer epoch is admitted until it returns.
+//   - Several processes may share the database: its locks make the check
+//     and the write one step for all of them. Same-epoch transactions run
+//     concurrently on PostgreSQL; SQLite has one writer per database.
+//   - Serialization failures, deadlocks and a busy SQLite database are
+//     retried a bounded number of times with backoff.
+//
+// # Non-guarantees
+//
+//   - Do's write is outside the transaction: it is as safe as the database
+//     session that holds the lock while it runs. To write to the same
+//     database, use Tx.
+//   - Tx's function may run more than once (retries): it must have no
+//     effects outside the transaction.
+//   - Writes that do not go through the fence (I7), such as another
+//     program's SQL on the same table, and reads.
+//   - Terms above 2^63-1 do not fit the BIGINT column and are refused.
+package sqlfence

@@ -1,0 +1,385 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/internal/txretry"
+)
+
+// Dialect selects the SQL spoken by an SQL fence.
+type Dialect int
+
+const (
+	// SQLite is SQLite 3.24 or later (for example modernc.org/sqlite, driver
+	// name "sqlite"). SQLite allows one writer per database, so every Tx and
+	// Do on it takes the database's write lock: same-epoch writers run one
+	// at a time. Open the database with a busy timeout (for modernc:
+	// "file.db?_pragma=busy_timeout(5000)"); an in-memory database must be
+	// shared by all connections of the pool.
+	SQLite Dialect = iota + 1
+	// Postgres is PostgreSQL 9.5 or later (for example
+	// github.com/jackc/pgx/v5/stdlib, driver name "pgx"). Same-epoch
+	// transactions hold the fence row FOR SHARE and run concurrently; a
+	// raise holds it FOR UPDATE, so it waits for them.
+	Postgres
+)
+
+func (d Dialect) String() string {
+	switch d {
+	case SQLite:
+		return "sqlite"
+	case Postgres:
+		return "postgres"
+	}
+	return fmt.Sprintf("Dialect(%d)", int(d))
+}
+
+// ErrBadDialect is returned by Open for a Dialect it does not know.
+var ErrBadDialect = errors.New("sqlfence: unknown SQL dialect")
+
+// maxAttempts bounds the retries of a transaction that failed with a
+// serialization failure, a deadlock or SQLITE_BUSY.
+const maxAttempts = 10
+
+// Fence is a durable storageguard.Fence in a table of an SQL database, and
+// the way to make the check part of the transaction that writes: Tx runs a
+// function in the same transaction that checks (and, if newer, raises) the
+// epoch, so the write commits only if the epoch is still the highest — the
+// seed's "UPDATE … WHERE fence <= :token", made general.
+//
+// The table is termfence_fence(resource BYTEA/BLOB PRIMARY KEY, cluster
+// TEXT, term BIGINT, leader TEXT), created if missing (the resource name is
+// stored as bytes, so any name works); on PostgreSQL it lives in
+// the first schema of the connection's search_path. Terms are stored as
+// BIGINT, so an epoch whose term exceeds 2^63-1 is refused (an error
+// wrapping epoch.ErrMalformed).
+//
+// Several processes may share one database: the database's locks make the
+// check and the write one step for all of them.
+//
+// Cost: database/sql sends BEGIN on its own, so on PostgreSQL the check is
+// a round trip of its own on top of the same transaction unguarded
+// (docs/PERFORMANCE.md has the figures). Programs that use pgx directly can
+// use package storageguard/pgfence, which guards the same table and sends
+// the check with BEGIN.
+type Fence struct {
+	db     *sql.DB
+	d      Dialect
+	closed atomic.Bool
+
+	qInsert, qLock, qSelectShared, qSelectUpdate, qSelectPlain, qUpdate, qCreate string
+
+	// SQLite only: the same-epoch path's two statements, prepared once.
+	// modernc.org/sqlite compiles every unprepared statement anew, which is
+	// most of the cost of the check; pgx caches its statements itself.
+	stLock, stSelect *sql.Stmt
+}
+
+var _ storageguard.Fence = (*Fence)(nil)
+
+// Open returns a fence over db, creating its table if missing. The
+// caller keeps ownership of db: Close does not close it.
+func Open(ctx context.Context, db *sql.DB, d Dialect) (*Fence, error) {
+	if db == nil {
+		return nil, errors.New("sqlfence: Open: nil *sql.DB")
+	}
+	f := &Fence{db: db, d: d}
+	const cols = "cluster, term, leader FROM termfence_fence WHERE resource = "
+	switch d {
+	case SQLite:
+		f.qInsert = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES (?, ?, ?, ?) ON CONFLICT (resource) DO NOTHING"
+		f.qSelectPlain = "SELECT " + cols + "?"
+		f.qSelectShared, f.qSelectUpdate = f.qSelectPlain, f.qSelectPlain
+		f.qUpdate = "UPDATE termfence_fence SET cluster = ?, term = ?, leader = ? WHERE resource = ?"
+		// A write statement that matches no row (terms are > 0): it takes
+		// SQLite's write lock and changes nothing.
+		f.qLock = "UPDATE termfence_fence SET term = term WHERE resource = ? AND term < 0"
+		f.qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BLOB PRIMARY KEY, cluster TEXT NOT NULL, term INTEGER NOT NULL, leader TEXT NOT NULL)"
+	case Postgres:
+		f.qInsert = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES ($1, $2, $3, $4) ON CONFLICT (resource) DO NOTHING"
+		f.qSelectPlain = "SELECT " + cols + "$1"
+		// FOR SHARE, not an advisory lock: measured, a plain SELECT (no
+		// lock at all), FOR KEY SHARE, and pg_advisory_xact_lock_shared
+		// followed by a SELECT cost the same or more; the check's cost is
+		// its round trip. FOR SHARE is also right under REPEATABLE READ and
+		// SERIALIZABLE (a raise committed after the snapshot fails the lock
+		// with a serialization error, which is retried), where a lock taken
+		// in the transaction's first statement would come after its snapshot.
+		f.qSelectShared = f.qSelectPlain + " FOR SHARE"
+		f.qSelectUpdate = f.qSelectPlain + " FOR UPDATE"
+		f.qUpdate = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
+		f.qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BYTEA PRIMARY KEY, cluster TEXT NOT NULL, term BIGINT NOT NULL, leader TEXT NOT NULL)"
+	default:
+		return nil, fmt.Errorf("%w: %d", ErrBadDialect, int(d))
+	}
+	err := f.retry(ctx, func() error {
+		_, err := db.ExecContext(ctx, f.qCreate)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlfence: create fence table (%s): %w", d, err)
+	}
+	if d == SQLite {
+		err = f.retry(ctx, func() (err error) {
+			if f.stLock == nil {
+				if f.stLock, err = db.PrepareContext(ctx, f.qLock); err != nil {
+					return err
+				}
+			}
+			f.stSelect, err = db.PrepareContext(ctx, f.qSelectShared)
+			return err
+		})
+		if err != nil {
+			if f.stLock != nil {
+				f.stLock.Close()
+			}
+			return nil, fmt.Errorf("sqlfence: prepare fence statements (%s): %w", d, err)
+		}
+	}
+	return f, nil
+}
+
+// sqlMode is how an attempt locks the fence row.
+type sqlMode int
+
+const (
+	// shared: lock the row FOR SHARE (PostgreSQL), refuse or ask for a
+	// raise; no raise happens in this mode on PostgreSQL.
+	shared sqlMode = iota
+	// exclusive: create the row if missing, lock it FOR UPDATE, raise.
+	exclusive
+)
+
+// attempt runs one transaction: lock and read the fence row, decide, raise
+// if allowed, run fn, commit. On SQLite every attempt starts with a write
+// (the INSERT … DO NOTHING) so that it holds the database's write lock from
+// its first statement: the lock that makes an epoch change wait.
+func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode sqlMode, raiseInTx bool, fn func(*sql.Tx) error) (err error) {
+	tx, err := f.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// Also on a panic in fn: never leave the row locked.
+			tx.Rollback()
+		}
+	}()
+	key := []byte(resource)
+	switch {
+	case mode == exclusive || (f.d == SQLite && raiseInTx):
+		// The first epoch of a resource is always a raise (Decide on a zero
+		// highest): inserting it is that raise, committed with the rest.
+		if _, err := tx.ExecContext(ctx, f.qInsert, key, ep.Cluster, int64(ep.Term), ep.Leader); err != nil {
+			return err
+		}
+	case f.d == SQLite:
+		// Take the write lock without changing anything: a raise must not
+		// commit with (or roll back with) a write that is not in tx.
+		if _, err := tx.StmtContext(ctx, f.stLock).ExecContext(ctx, key); err != nil {
+			return err
+		}
+	}
+	var row *sql.Row
+	switch {
+	case f.d == SQLite:
+		// One SELECT for every mode: the write lock is already held.
+		row = tx.StmtContext(ctx, f.stSelect).QueryRowContext(ctx, key)
+	case mode == exclusive:
+		row = tx.QueryRowContext(ctx, f.qSelectUpdate, key)
+	default:
+		row = tx.QueryRowContext(ctx, f.qSelectShared, key)
+	}
+	var h epoch.Epoch
+	var term int64
+	switch err := row.Scan(&h.Cluster, &term, &h.Leader); {
+	case errors.Is(err, sql.ErrNoRows):
+		h = epoch.Epoch{}
+	case err != nil:
+		return err
+	default:
+		h.Term = uint64(term)
+	}
+	d, err := storageguard.Decide(resource, h, ep)
+	if err != nil {
+		return err
+	}
+	if d.Raise {
+		if !raiseInTx && !(mode == exclusive && fn == nil) {
+			return txretry.ErrNeedRaise
+		}
+		if mode == shared && f.d == Postgres {
+			// Never upgrade FOR SHARE to FOR UPDATE in one transaction: two
+			// raisers doing so deadlock. Start over exclusively.
+			return txretry.ErrNeedRaise
+		}
+		if _, err := tx.ExecContext(ctx, f.qUpdate, ep.Cluster, int64(ep.Term), ep.Leader, key); err != nil {
+			return err
+		}
+	}
+	if fn != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+	}
+	committed = true
+	return tx.Commit()
+}
+
+// run drives attempts (txretry.Run): exclusive when a raise is needed,
+// the raise committed alone first unless raiseInTx, serialization failures
+// retried with backoff.
+func (f *Fence) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInTx bool, fn func(*sql.Tx) error) error {
+	if f.closed.Load() {
+		return storageguard.ErrClosed
+	}
+	if _, err := storageguard.Decide(resource, epoch.Epoch{}, ep); err != nil {
+		return err
+	}
+	if ep.Term > math.MaxInt64 {
+		return fmt.Errorf("sqlfence: %w: term %d does not fit the SQL fence's BIGINT", epoch.ErrMalformed, ep.Term)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	attempt := func(excl, withFn bool) error {
+		mode := shared
+		if excl {
+			mode = exclusive
+		}
+		if !withFn {
+			return f.attempt(ctx, resource, ep, exclusive, false, nil)
+		}
+		return f.attempt(ctx, resource, ep, mode, raiseInTx, fn)
+	}
+	return txretry.Run(ctx, attempt, raiseInTx, retryable, maxAttempts, "sqlfence:")
+}
+
+// retry runs op, retrying transient failures.
+func (f *Fence) retry(ctx context.Context, op func() error) error {
+	return txretry.Retry(ctx, op, retryable, maxAttempts)
+}
+
+// retryable reports a serialization failure or deadlock (PostgreSQL
+// SQLSTATE 40001, 40P01) or a busy or locked database (SQLite result codes
+// 5 and 6, with their extended codes). The drivers are recognised by their
+// error methods, so this package imports neither.
+func retryable(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		switch st.SQLState() {
+		case "40001", "40P01":
+			return true
+		}
+	}
+	var c interface{ Code() int }
+	if errors.As(err, &c) {
+		switch c.Code() & 0xff {
+		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED
+			return true
+		}
+	}
+	return false
+}
+
+// Tx runs fn in one transaction with the check of ep for resource and, if
+// ep is newer than the highest, its raise. If fn returns an error, or the
+// commit fails, the transaction rolls back, raise included: nothing was
+// written under ep, so nothing needs fencing. fn may run more than once: a
+// transaction that fails with a serialization failure, a deadlock or a
+// busy database is retried (a bounded number of times, with backoff), so fn
+// must have no effects outside tx. Refusals (storageguard.ErrStale,
+// ErrConflict, ErrForeignCluster, …) are returned without calling fn.
+//
+// On PostgreSQL a transaction under the current epoch holds the fence row
+// FOR SHARE: such transactions run concurrently, and a raise (FOR UPDATE)
+// waits for all of them; afterwards they are refused. The isolation level
+// is the database's default; READ COMMITTED (PostgreSQL's default) makes a
+// transaction waiting behind a raise see the raised row and be refused,
+// stricter levels fail it with a serialization error, which is retried.
+func (f *Fence) Tx(ctx context.Context, resource string, ep epoch.Epoch, fn func(*sql.Tx) error) error {
+	if fn == nil {
+		return errors.New("sqlfence: Tx: nil fn")
+	}
+	return f.run(ctx, resource, ep, true, fn)
+}
+
+// Do implements storageguard.Fence.Do. A raise is committed in a
+// transaction of its own first, so it is durable before write runs; write
+// then runs while a second transaction holds the fence row's lock (FOR
+// SHARE on PostgreSQL, the database write lock on SQLite), so no newer
+// epoch is admitted until write returns. write gets ctx, not the transaction: to write to the same
+// database in the same transaction as the check, use Tx. write runs at most
+// once, and Do then returns write's error.
+func (f *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
+	if write == nil {
+		return f.Admit(ctx, resource, ep)
+	}
+	return txretry.WriteOnce(ctx, write, func(body func(*sql.Tx) error) error {
+		return f.run(ctx, resource, ep, false, body)
+	})
+}
+
+// Admit implements storageguard.Fence.Admit.
+func (f *Fence) Admit(ctx context.Context, resource string, ep epoch.Epoch) error {
+	return f.run(ctx, resource, ep, false, nil)
+}
+
+// Check implements storageguard.Fence.Check.
+func (f *Fence) Check(ctx context.Context, resource string, ep epoch.Epoch) error {
+	h, err := f.Highest(ctx, resource)
+	if err != nil {
+		return err
+	}
+	_, err = storageguard.Decide(resource, h, ep)
+	return err
+}
+
+// Highest implements storageguard.Fence.Highest.
+func (f *Fence) Highest(ctx context.Context, resource string) (epoch.Epoch, error) {
+	if f.closed.Load() {
+		return epoch.Epoch{}, storageguard.ErrClosed
+	}
+	if err := storageguard.ValidateResource(resource); err != nil {
+		return epoch.Epoch{}, err
+	}
+	var h epoch.Epoch
+	var term int64
+	err := f.retry(ctx, func() error {
+		return f.db.QueryRowContext(ctx, f.qSelectPlain, []byte(resource)).Scan(&h.Cluster, &term, &h.Leader)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return epoch.Epoch{}, nil
+	}
+	if err != nil {
+		return epoch.Epoch{}, fmt.Errorf("sqlfence: read fence row: %w", err)
+	}
+	h.Term = uint64(term)
+	return h, nil
+}
+
+// Close marks the fence closed and releases its prepared statements; it
+// does not close the *sql.DB, which the caller owns. Transactions in
+// progress finish (database/sql prepares a closed statement again for a
+// transaction that still uses it).
+func (f *Fence) Close() error {
+	if f.closed.Swap(true) {
+		return nil
+	}
+	if f.stLock != nil {
+		f.stLock.Close()
+		f.stSelect.Close()
+	}
+	return nil
+}
