@@ -202,7 +202,7 @@ func (c *tcpCluster) attack(tr raft.Transport, fs []forgery, mode int) {
 		}
 		after := c.snapshot(ld)
 		changed := before.diff(after)
-		if changed != "" && c.check.disturbedSince(start.Add(-2*testET)) && time.Now().Before(deadline) {
+		if changed != "" && c.check.disturbedSince(start.Add(-2*c.et)) && time.Now().Before(deadline) {
 			c.t.Logf("raft timed out on its own during the attack (%s); again", changed)
 			continue
 		}
