@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -38,10 +39,16 @@ const testCluster = "test"
 // waitFor polls cond until it holds or waitLong passes.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(waitLong)
+	waitForUpTo(tb, waitLong, what, cond)
+}
+
+// waitForUpTo polls cond until it holds or d passes.
+func waitForUpTo(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", waitLong, what)
+			tb.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 		time.Sleep(pollTick) // poll interval
 	}
@@ -262,6 +269,12 @@ func (c *cluster) epochOf(nd *node) (epoch.Epoch, error) {
 // election already under way when it started), the attempt proved nothing
 // and is repeated, until waitLong. A failure in a quiet cluster fails the
 // test at once.
+// errSlow marks a scenario error that load alone explains although raft
+// logged no timeout: a leadership transfer whose target, made a candidate
+// by the TimeoutNow, did not win within ElectionTimeout. quietly repeats
+// such a scenario as it does one raft disturbed.
+var errSlow = errors.New("too slow under load")
+
 func (c *cluster) quietly(what string, scenario func() error) {
 	c.tb.Helper()
 	deadline := time.Now().Add(waitLong)
@@ -271,7 +284,7 @@ func (c *cluster) quietly(what string, scenario func() error) {
 		if err == nil {
 			return
 		}
-		if !c.check.disturbedSince(start.Add(-2 * testET)) {
+		if !c.check.disturbedSince(start.Add(-2*testET)) && !errors.Is(err, errSlow) {
 			c.tb.Fatalf("%s: %v", what, err)
 		}
 		if time.Now().After(deadline) {

@@ -89,7 +89,9 @@ func (c *tcpCluster) leaderAbove(term uint64) (*tcpNode, epoch.Epoch) {
 	c.t.Helper()
 	var ld *tcpNode
 	var ep epoch.Epoch
-	waitFor(c.t, fmt.Sprintf("a leader above term %d followed by all", term), func() bool {
+	// Three times the usual wait: at these timeouts, on a machine loaded
+	// enough, raft can take a while to settle on a leader all follow.
+	waitForUpTo(c.t, 3*waitLong, fmt.Sprintf("a leader above term %d followed by all", term), func() bool {
 		ld = nil
 		for _, nd := range c.nodes {
 			if e, err := nd.el.Epoch(); err == nil && e.Term > term {
