@@ -400,6 +400,7 @@ type checker struct {
 	epochs    int                        // epoch sightings
 	unrest    []time.Time                // when raft logged a disturbance
 	unrestBy  []string                   // on which node (same index)
+	unrestMsg []string                   // raft's message (same index)
 	errs      []string
 	tail      []string // the last log lines of every node, for a failing test
 }
@@ -477,11 +478,12 @@ func (c *checker) leadership(node string, l Leadership) {
 }
 
 // disturbed records that raft logged one of disturbances.
-func (c *checker) disturbed(node string) {
+func (c *checker) disturbed(node, msg string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.unrest = append(c.unrest, time.Now())
 	c.unrestBy = append(c.unrestBy, node)
+	c.unrestMsg = append(c.unrestMsg, msg)
 }
 
 // disturbedSince reports whether raft logged a disturbance at or after t.
@@ -492,12 +494,15 @@ func (c *checker) disturbedSince(t time.Time) bool {
 }
 
 // disturbedBetween reports whether raft logged a disturbance in [from, to]
-// on a node other than except.
+// on a node other than except — or on except, a leader's lease lapsing
+// (except's other timeouts are the fault's doing when it is the follower
+// cut off from its leader; once it leads, its lease lapses as any
+// leader's).
 func (c *checker) disturbedBetween(from, to time.Time, except string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, at := range c.unrest {
-		if !at.Before(from) && !at.After(to) && c.unrestBy[i] != except {
+		if !at.Before(from) && !at.After(to) && (c.unrestBy[i] != except || c.unrestMsg[i] == leaseLapsed) {
 			return true
 		}
 	}
@@ -598,7 +603,7 @@ func (w *wonWriter) Write(p []byte) (int, error) {
 		case rec.Msg == "election won":
 			w.c.elected(w.node, rec.Term)
 		case slices.Contains(disturbances, rec.Msg):
-			w.c.disturbed(w.node)
+			w.c.disturbed(w.node, rec.Msg)
 		}
 	}
 	return len(p), nil
@@ -612,10 +617,14 @@ func (w *wonWriter) Write(p []byte) (int, error) {
 // loaded machine, where a goroutine can wait tens of milliseconds for a
 // core, any may be.
 var disturbances = []string{
-	"failed to contact quorum of nodes, stepping down",
+	leaseLapsed,
 	"heartbeat timeout reached, starting election",
 	"Election timeout reached, restarting election",
 }
+
+// leaseLapsed is raft's message for a leader that steps down because it has
+// not heard from a quorum for LeaderLeaseTimeout.
+const leaseLapsed = "failed to contact quorum of nodes, stepping down"
 
 func containsAny(line []byte, msgs []string) bool {
 	for _, m := range msgs {

@@ -57,7 +57,8 @@ func (l *leaderTrace) fraction() float64 {
 
 // unexplained counts the leader changes that no raft timeout explains: a
 // change is explained when a node other than except logged one (a
-// disturbance: check) between the previous change (or from) and it. On a
+// disturbance: check), or except's lease lapsed while it led, between the
+// previous change (or from) and it. On a
 // loaded machine a leader's lease can lapse, or a follower's heartbeat
 // timeout pass, whatever the link between the leader and except does; raw
 // raft suffers the same. A change with no such timeout elsewhere was made
