@@ -155,8 +155,11 @@ func refusedLinkKernel(t *testing.T, lab *netnsLab, ht, et, llt, hold time.Durat
 			rr.sample(rterm, led == 1)
 		}
 	}
+	// The trace begins here, before the fault: a change seen after it can
+	// have been set off by a timeout in this lead-in (a leader's lease
+	// lapsing under load just before the refusal).
+	sampled := time.Now()
 	sampleUntil(time.Now().Add(5 * ht))
-	start := time.Now()
 	lab.refuse(lab.hosts[l], lab.hosts[a])
 	t.Logf("the kernel refuses connections between %s (leaders) and %s, for %v", lab.hosts[l].ip, lab.hosts[a].ip, hold)
 	// The refusal is real: h1 cannot reach h3's raft port, h2 can.
@@ -169,5 +172,5 @@ func refusedLinkKernel(t *testing.T, lab *netnsLab, ht, et, llt, hold time.Durat
 	sampleUntil(time.Now().Add(hold))
 	lab.heal(lab.hosts[l], lab.hosts[a])
 	sampleUntil(time.Now().Add(3 * time.Second)) // a deposed-after-heal leader would show here
-	return tf, rr, tf.unexplained(check, start.Add(-et), boot[a].ID)
+	return tf, rr, tf.unexplained(check, sampled.Add(-et), boot[a].ID)
 }

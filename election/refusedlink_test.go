@@ -251,8 +251,11 @@ func refusedLinkInmem(t *testing.T, ht, et, llt, hold time.Duration) (tf, rr lea
 			rr.sample(rterm, ok)
 		}
 	}
+	// The trace begins here, before the fault: a change seen after it can
+	// have been set off by a timeout in this lead-in (a leader's lease
+	// lapsing under load just before the refusal).
+	sampled := time.Now()
 	sampleUntil(time.Now().Add(5 * ht)) // both lead before the fault; start-up is over
-	start := time.Now()
 	a.net.Refuse(raft.ServerAddress(ld.id))
 	ld.net.Refuse(raft.ServerAddress(a.id))
 	ra.net.Refuse(raft.ServerAddress(rld.id))
@@ -264,5 +267,5 @@ func refusedLinkInmem(t *testing.T, ht, et, llt, hold time.Duration) (tf, rr lea
 	ra.net.Heal()
 	rld.net.Heal()
 	sampleUntil(time.Now().Add(10 * ht)) // and after the heal
-	return tf, rr, tf.unexplained(c.check, start.Add(-et), a.id)
+	return tf, rr, tf.unexplained(c.check, sampled.Add(-et), a.id)
 }
