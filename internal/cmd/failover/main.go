@@ -518,10 +518,11 @@ func (c *tfCluster) start(nd *tfNode) error {
 	// A raw NetworkTransport satisfies transport.Transport; election.New
 	// switches its heartbeat fast path off (transport.MainLoopOnly;
 	// invariant I2 in docs/DESIGN.md) as it does for every transport.
-	tr, hl, err := newHostTransport(nd.addr)
+	nt, hl, err := newHostTransport(nd.addr)
 	if err != nil {
 		return err
 	}
+	tr := noPipeline{nt} // as transport.NewTCP
 	logger := hclog.NewNullLogger()
 	if lc := c.p.counts[c.name()]; lc != nil {
 		logger = hclog.New(&hclog.LoggerOptions{Name: nd.id, Level: hclog.Debug, Output: lc})
