@@ -272,3 +272,29 @@ func TestCloseKillsProcesses(t *testing.T) {
 		t.Fatal("Close left a process running in the lab")
 	}
 }
+
+// TestSkipsWithoutNetAdmin runs TestLab and TestCommandRunsInHost in a
+// child whose capability bounding set lacks CAP_NET_ADMIN (setpriv from
+// util-linux): they must skip, saying what is missing, not fail.
+func TestSkipsWithoutNetAdmin(t *testing.T) {
+	netlabtest.Require(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("skipping: needs setpriv (util-linux) to drop CAP_NET_ADMIN")
+	}
+	cmd := exec.Command(setpriv, "--bounding-set", "-net_admin", "--inh-caps", "-net_admin",
+		os.Args[0], "-test.run=^(TestLab|TestCommandRunsInHost)$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "NETLAB_TEST_CHILD=nocap")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child without CAP_NET_ADMIN: %v\n%s", err, out)
+	}
+	for _, name := range []string{"TestLab", "TestCommandRunsInHost"} {
+		if !strings.Contains(string(out), "--- SKIP: "+name) {
+			t.Errorf("%s did not skip without CAP_NET_ADMIN:\n%s", name, out)
+		}
+	}
+	if !strings.Contains(string(out), "needs CAP_NET_ADMIN (run as root)") {
+		t.Errorf("the skip does not say what is missing:\n%s", out)
+	}
+}
