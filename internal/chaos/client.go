@@ -318,8 +318,9 @@ func (w *workload) openPinned(ctx context.Context, client, i int, resource strin
 	p.op.Value = w.nextValue(client)
 	p.body, _ = json.Marshal(map[string]string{"resource": resource, "value": p.op.Value})
 	p.op.Call = w.rec.Now()
-	d := net.Dialer{Timeout: w.cfg.WriteTimeout}
-	conn, err := d.DialContext(ctx, "tcp", n.proc.addr)
+	dctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+	conn, err := w.c.dial(dctx, "tcp", n.proc.addr)
+	cancel()
 	if err != nil {
 		return nil
 	}

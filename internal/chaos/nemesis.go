@@ -37,16 +37,26 @@ type nemesis struct {
 	rng    *rand.Rand
 	faults int
 	counts [numFaultKinds]int
+	// labCounts counts netlab-mode partitions by kind and mode.
+	labCounts map[string]int
 	logf   func(format string, args ...any)
 }
 
+// labFaultWeights, in netlab mode: partitions are what the lab is for,
+// so they come as often as pauses.
+var labFaultWeights = [numFaultKinds]int{pauseLeader: 30, killNode: 15, partition: 30, resign: 10, killStore: 15}
+
 func (n *nemesis) pick() faultKind {
+	weights := faultWeights
+	if n.cfg.Netlab {
+		weights = labFaultWeights
+	}
 	total := 0
-	for _, w := range faultWeights {
+	for _, w := range weights {
 		total += w
 	}
 	x := n.rng.Intn(total)
-	for k, w := range faultWeights {
+	for k, w := range weights {
 		if x < w {
 			return faultKind(k)
 		}
@@ -216,6 +226,9 @@ func (n *nemesis) partition(ctx context.Context, i int, isolateLeader bool, j in
 			i = li
 		}
 	}
+	if n.cfg.Netlab {
+		return n.labPartition(ctx, n.drawLabFault(i, isolateLeader, j), d)
+	}
 	if j == i {
 		j = (i + 1) % len(n.c.nodes)
 	}
@@ -236,8 +249,12 @@ func (n *nemesis) partition(ctx context.Context, i int, isolateLeader bool, j in
 	return n.healAll(ctx)
 }
 
-// healAll undoes every partition on every running node.
+// healAll undoes every partition on every running node (in netlab
+// mode: every fault of the lab).
 func (n *nemesis) healAll(ctx context.Context) error {
+	if n.cfg.Netlab {
+		return n.c.lab.Heal(context.WithoutCancel(ctx))
+	}
 	for i, nd := range n.c.nodes {
 		if !nd.proc.running() {
 			continue
