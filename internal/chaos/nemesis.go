@@ -39,7 +39,7 @@ type nemesis struct {
 	counts [numFaultKinds]int
 	// labCounts counts netlab-mode partitions by kind and mode.
 	labCounts map[string]int
-	logf   func(format string, args ...any)
+	logf      func(format string, args ...any)
 }
 
 // labFaultWeights, in netlab mode: partitions are what the lab is for,
