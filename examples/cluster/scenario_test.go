@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/internal/netlab/netlabtest"
 )
 
 // runCluster runs the example binary with args and returns its output lines
@@ -155,6 +156,15 @@ func TestScenarios(t *testing.T) {
 					t.Errorf("the SIGSTOP (%s) did not outlast the lease (%s)", m["pause"], m["lease"])
 				}
 			}},
+		// The lab scenario (needs root: skipped otherwise); the fenced run
+		// is TestLabCommand's, through -lab.
+		{"lab-unfenced", []string{"-scenario", "lab", "-unfenced"}, want{"fenced": "false", "refused_paused": "0", "refused_partitioned": "0", "lost": "2", "ok": "false"},
+			func(t *testing.T, m map[string]string, out string) {
+				checkAB("B's update is LOST")(t, m, out)
+				if !strings.Contains(out, "C's update is LOST") {
+					t.Errorf("the output does not say the partitioned leader's late write overwrote C's")
+				}
+			}},
 	}
 	covered := map[string]bool{}
 	for _, c := range cases {
@@ -168,6 +178,9 @@ func TestScenarios(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			if c.args[1] == "lab" {
+				netlabtest.Require(t)
+			}
 			args := append([]string{testScenarioHeartbeat}, c.args...)
 			m, out := runScenario(t, args...)
 			if m["scenario"] != c.args[1] {
