@@ -46,6 +46,10 @@ type cluster struct {
 	mu        sync.Mutex
 	storeDown []window // when the store was killed, until it served again
 	storeDead []window // when no store process existed at all
+	// storeCut, in netlab mode: per node index, when the lab cut that
+	// node's link to the store (a node's 5xx then is the cut, not the
+	// store failing).
+	storeCut map[int][]window
 }
 
 // window is a closed time interval on the recorder's clock.
@@ -216,6 +220,30 @@ func (c *cluster) storeDeadThroughout(from, to time.Duration) bool {
 	defer c.mu.Unlock()
 	for _, w := range c.storeDead {
 		if w.from <= from && to <= w.to {
+			return true
+		}
+	}
+	return false
+}
+
+// noteStoreCut records that node i could not reach the store in
+// [from, to].
+func (c *cluster) noteStoreCut(i int, from, to time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.storeCut == nil {
+		c.storeCut = map[int][]window{}
+	}
+	c.storeCut[i] = append(c.storeCut[i], window{from, to})
+}
+
+// storeCutDuring reports whether [from, to] overlaps a time node i's link
+// to the store was cut, widened by grace on both sides.
+func (c *cluster) storeCutDuring(i int, from, to, grace time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.storeCut[i] {
+		if from <= w.to+grace && w.from-grace <= to {
 			return true
 		}
 	}

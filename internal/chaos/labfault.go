@@ -112,11 +112,25 @@ func (n *nemesis) drawLabFault(i int, isolateLeader bool, j int) labFault {
 
 // labPartition applies a lab fault for d, then heals the lab.
 func (n *nemesis) labPartition(ctx context.Context, f labFault, d time.Duration) error {
+	from := n.w.rec.Now()
 	if err := n.c.applyLabFault(ctx, f); err != nil {
 		return err
 	}
 	n.labCounts[f.name()]++
 	n.logf("fault %d: netlab: %s for %v [%s]", n.faults+1, n.c.describe(f), d.Round(time.Millisecond), strings.Join(n.c.lab.Faults(), "; "))
 	sleepCtx(ctx, d)
-	return n.healAll(ctx)
+	err := n.healAll(ctx)
+	if f.cutsStore() {
+		n.c.noteStoreCut(f.from, from, n.w.rec.Now())
+	}
+	return err
+}
+
+// cutsStore reports whether f cuts node From's link to the store.
+func (f labFault) cutsStore() bool {
+	switch f.kind {
+	case "link-down", "isolate":
+		return true
+	}
+	return f.to == storeIndex
 }

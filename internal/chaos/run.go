@@ -269,8 +269,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		// A 5xx while the store was up is the store (or node) failing a
 		// write it should have answered.
+		// In netlab mode a 5xx from a node cut off from the store is
+		// the cut.
 		if op.Kind == Write && op.Status >= 500 && op.Outcome == Indeterminate && op.Contract == "" &&
-			!c.storeDownDuring(op.Call, op.Return, 5*cfg.Heartbeat) {
+			!c.storeDownDuring(op.Call, op.Return, 5*cfg.Heartbeat) &&
+			!c.storeCutDuring(c.indexOf(op.Node), op.Call, op.Return, 5*cfg.Heartbeat) {
 			op.Contract = fmt.Sprintf("%d while the store was up: %s", op.Status, op.Detail)
 		}
 	}
