@@ -307,12 +307,12 @@ func TestScenarioList(t *testing.T) {
 	if len(lines) != len(scenarios) {
 		t.Errorf("-scenario list printed %d lines for %d scenarios:\n%s", len(lines), len(scenarios), strings.Join(lines, "\n"))
 	}
-	for _, want := range []string{"paused", "short-pause", "audit-log", "restart", "two-resources", "half-done", "stale-read", "efficiency", "gc-pause"} {
+	for _, want := range []string{"paused", "short-pause", "audit-log", "restart", "two-resources", "half-done", "stale-read", "efficiency", "gc-pause", "lab"} {
 		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want+" ") }) {
 			t.Errorf("-scenario list lacks %s:\n%s", want, strings.Join(lines, "\n"))
 		}
 	}
-	for _, args := range [][]string{{"-scenario", "nope"}, {"-scenario", "audit-log", "-volatile"}, {"-scenario", "paused", "-tx"}} {
+	for _, args := range [][]string{{"-scenario", "nope"}, {"-scenario", "audit-log", "-volatile"}, {"-scenario", "paused", "-tx"}, {"-lab", "-scenario", "paused"}} {
 		lines, code := runCluster(t, args...)
 		if code != 2 {
 			t.Errorf("cluster %v exited %d, want 2:\n%s", args, code, strings.Join(lines, "\n"))
