@@ -122,7 +122,7 @@ func runLab(ctx context.Context, e *env) (*summary, error) {
 
 	// Act two: the partitioned leader.
 	if err := waitFor(ctx, func() bool { return storeHolds(ctx, st, epB) }); err != nil {
-		return nil, fmt.Errorf("B's writes stopped reaching the store: %w", err)
+		return nil, fmt.Errorf("the writes of B, the leader, stopped reaching the store: %w", err)
 	}
 	var rest []*netlab.Host
 	for _, id := range procs.ids {
