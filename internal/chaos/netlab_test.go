@@ -113,11 +113,14 @@ func TestNetlabFaultsCutTheLeader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// leader waits for a node other than not to claim a term above above.
+	// leader waits for a node other than not to claim a term above above,
+	// and returns the claim of the highest term (a deposed leader may
+	// still claim its old one for a moment).
 	leader := func(what string, not int, above uint64) (int, uint64) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for time.Now().Before(deadline) {
+			best, bestTerm := -1, above
 			for i := range c.nodes {
 				if i == not {
 					continue
@@ -126,9 +129,12 @@ func TestNetlabFaultsCutTheLeader(t *testing.T) {
 				if err != nil {
 					continue
 				}
-				if ep, ok := st.leaderEpoch(); ok && ep.Term > above {
-					return i, ep.Term
+				if ep, ok := st.leaderEpoch(); ok && ep.Term > bestTerm {
+					best, bestTerm = i, ep.Term
 				}
+			}
+			if best >= 0 {
+				return best, bestTerm
 			}
 			sleepCtx(ctx, 20*time.Millisecond)
 		}
