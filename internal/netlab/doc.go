@@ -31,9 +31,11 @@
 //     program's own, and SIGSTOP and SIGKILL reach it). The program dies
 //     with the harness (Pdeathsig).
 //   - Host.Do runs a Go function on an OS thread that has entered the
-//     host's namespace and is discarded afterwards; sockets it makes stay
-//     the host's for their whole life. Host.DialContext and Host.Listen are
-//     built on it.
+//     host's namespace, locked to it, and returns to its own namespace
+//     afterwards; sockets it makes stay the host's for their whole life.
+//     Host.DialContext and Host.Listen are built on it. Do never ends a
+//     thread it could return (an ended thread would SIGKILL the programs
+//     Command started from it, by Pdeathsig).
 //
 // # Faults, and what the kernel makes of them
 //

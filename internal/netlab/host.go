@@ -58,11 +58,12 @@ func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.C
 	return cmd
 }
 
-// Do runs f with the calling goroutine inside the host: on an OS thread of
-// its own that has entered the host's network namespace and is discarded
-// when f returns, so nothing else ever runs there. Sockets f makes belong
-// to the host for their whole life. Goroutines f starts do not run in the
-// host. A panic in f is raised again in the caller.
+// Do runs f inside the host: on an OS thread locked to f for its whole run
+// that has entered the host's network namespace, so nothing else runs
+// there; afterwards the thread returns to its own namespace and is
+// released (discarded if it cannot return). Sockets f makes belong to the
+// host for their whole life. Goroutines f starts do not run in the host. A
+// panic in f is raised again in the caller.
 func (h *Host) Do(f func() error) error { return h.nsh.do(f) }
 
 // DialContext connects from the host to address, as net.Dialer does (an

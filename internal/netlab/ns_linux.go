@@ -53,33 +53,21 @@ type panicError struct{ v any }
 
 func (p panicError) Error() string { return fmt.Sprintf("netlab: panic in namespace: %v", p.v) }
 
-// do runs f on an OS thread of its own that has entered the namespace. The
-// thread is never unlocked: it ends with f, so no other goroutine ever
-// runs in the namespace. Sockets f makes stay in the namespace after f
-// returns. A panic in f is re-raised in the caller.
+// do runs f on an OS thread of its own that has entered the namespace,
+// locked to it for f's whole run, so that no other goroutine runs in the
+// namespace. Afterwards the thread goes back to the namespace it came from
+// and is released; only if it cannot go back is it discarded (kept locked
+// until its goroutine ends, which ends the thread). It must not be
+// discarded otherwise: Go locks a new goroutine to whatever thread runs
+// it, often one that has just started a program, and a program started
+// with Pdeathsig (Host.Command) gets SIGKILL when the thread that started
+// it ends. Sockets f makes stay in the namespace after f returns. A panic
+// in f is re-raised in the caller.
 func (n *nsHandle) do(f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// Deliberately no UnlockOSThread: the thread is discarded.
-		defer func() {
-			if v := recover(); v != nil {
-				errc <- panicError{v}
-			}
-		}()
-		n.mu.RLock()
-		if n.f == nil {
-			n.mu.RUnlock()
-			errc <- ErrClosed
-			return
-		}
-		err := unix.Setns(int(n.f.Fd()), unix.CLONE_NEWNET)
-		n.mu.RUnlock()
-		if err != nil {
-			errc <- fmt.Errorf("netlab: setns %s: %w", n.name, err)
-			return
-		}
-		errc <- f()
+		errc <- n.doLocked(f)
 	}()
 	err := <-errc
 	var p panicError
@@ -87,6 +75,45 @@ func (n *nsHandle) do(f func() error) error {
 		panic(p.v)
 	}
 	return err
+}
+
+// doLocked is do's body, on the locked thread; it unlocks the thread
+// unless the thread stays in the namespace.
+func (n *nsHandle) doLocked(f func() error) error {
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread() // still in its own namespace
+		return fmt.Errorf("netlab: open this thread's namespace: %w", err)
+	}
+	defer unix.Close(orig)
+	n.mu.RLock()
+	if n.f == nil {
+		n.mu.RUnlock()
+		runtime.UnlockOSThread()
+		return ErrClosed
+	}
+	err = unix.Setns(int(n.f.Fd()), unix.CLONE_NEWNET)
+	n.mu.RUnlock()
+	if err != nil {
+		runtime.UnlockOSThread() // setns failed: still in its own namespace
+		return fmt.Errorf("netlab: setns %s: %w", n.name, err)
+	}
+	ferr := runRecover(f)
+	if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+		runtime.UnlockOSThread()
+	}
+	// Else the thread stays locked and ends with this goroutine.
+	return ferr
+}
+
+// runRecover runs f and returns a panic in it as a panicError.
+func runRecover(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = panicError{v}
+		}
+	}()
+	return f()
 }
 
 // setLabSysctls runs in a new namespace before it has interfaces.

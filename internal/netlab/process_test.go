@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -297,4 +299,92 @@ func TestSkipsWithoutNetAdmin(t *testing.T) {
 	if !strings.Contains(string(out), "needs CAP_NET_ADMIN (run as root)") {
 		t.Errorf("the skip does not say what is missing:\n%s", out)
 	}
+}
+
+// TestCommandSurvivesDo: a program started with Host.Command dies with
+// the thread that started it (Pdeathsig), and Host.Do runs on a thread of
+// its own: Do must not end a thread that started a program. Go locks a
+// new goroutine to whatever thread runs it, often the one its creator was
+// on, so a Do right after a Start from the same goroutine would end the
+// starting thread and SIGKILL the program if Do discarded its threads.
+func TestCommandSurvivesDo(t *testing.T) {
+	t.Parallel()
+	lab := netlabtest.New(t, "a", "b")
+	a, b := lab.Host("a"), lab.Host("b")
+	own := threadNS(t)
+	var cmds []*exec.Cmd
+	var dones []chan struct{}
+	for range 4 {
+		cmd := a.Command(context.Background(), os.Args[0])
+		cmd.Env = append(os.Environ(), "NETLAB_TEST_CHILD=sleep")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		cmds, dones = append(cmds, cmd), append(dones, done)
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+		// What a harness does next: talk to the lab through a host.
+		for range 50 {
+			if err := b.Do(func() error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctx := ctxT(t, 10*time.Second)
+	for range 200 {
+		if c, err := b.DialContext(ctx, "tcp", a.HostPort(1)); err == nil {
+			c.Close()
+		}
+	}
+	for i, cmd := range cmds {
+		select {
+		case <-dones[i]:
+			t.Errorf("program %d (pid %d) ended while Do ran: %v", i, cmd.Process.Pid, cmd.ProcessState)
+		default:
+		}
+	}
+	// The threads Do released are back in this process's namespace.
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if got := threadNS(t); got != own {
+				t.Errorf("a thread runs in namespace %d after Do, want this process's %d", got, own)
+			}
+		}()
+	}
+	wg.Wait()
+	// Do still runs in the host.
+	var ino uint64
+	if err := b.Do(func() error {
+		st, err := os.Stat("/proc/thread-self/ns/net")
+		if err == nil {
+			ino = inode(st)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat("/run/netns/" + b.Namespace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ino != inode(st) {
+		t.Errorf("Do ran in namespace %d, want b's %d", ino, inode(st))
+	}
+}
+
+// threadNS returns the inode of the network namespace of the thread the
+// calling goroutine runs on (locked while it looks).
+func threadNS(t *testing.T) uint64 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	st, err := os.Stat("/proc/thread-self/ns/net")
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	return inode(st)
 }
