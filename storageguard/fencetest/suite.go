@@ -44,6 +44,7 @@ func Run(t *testing.T, k Kind) {
 	t.Run("CheckDoesNotRaise", func(t *testing.T) { testCheck(t, k.Open(t)) })
 	t.Run("ResourceNames", func(t *testing.T) { testResourceNames(t, k.Open(t)) })
 	t.Run("Context", func(t *testing.T) { testContext(t, k.Open(t)) })
+	t.Run("CancelHoldsFence", func(t *testing.T) { testCancelHolds(t, k.Open(t)) })
 	t.Run("WritePanics", func(t *testing.T) { testWritePanics(t, k.Open(t)) })
 	t.Run("Closed", func(t *testing.T) { testClosed(t, k.Open(t)) })
 	if !k.SerialWriters {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
@@ -159,4 +160,38 @@ func TestSQLiteMultiProcess(t *testing.T) {
 func TestSQLiteCrashDurability(t *testing.T) {
 	t.Parallel()
 	fencetest.CrashDurability(t, durable)
+}
+
+// TestPostgresSessionKilledUnderDo: the session holding a Do's lock is
+// terminated mid-write; Do reports storageguard.ErrFenceLost.
+func TestPostgresSessionKilledUnderDo(t *testing.T) {
+	dsn := sqltest.PostgresDSN(t)
+	app := "fence-" + t.Name()
+	f := open(t, sqltest.OpenPostgres(t, sqltest.WithParams(t, dsn, "application_name", app)), sqlfence.Postgres)
+	sqltest.FenceLost(t, f, func(ctx context.Context) (int, error) { return sqltest.Terminate(ctx, dsn, app) })
+}
+
+// TestPostgresIdleTimeoutUnderDo: a server-side
+// idle_in_transaction_session_timeout shorter than the write does not end
+// the session that holds a Do's lock.
+func TestPostgresIdleTimeoutUnderDo(t *testing.T) {
+	dsn := sqltest.WithParams(t, sqltest.PostgresDSN(t), "idle_in_transaction_session_timeout", "100")
+	sqltest.IdleTimeoutHolds(t, open(t, sqltest.OpenPostgres(t, dsn), sqlfence.Postgres), 100*time.Millisecond)
+}
+
+// TestSQLiteTxCancelHolds and TestPostgresTxCancelHolds: Tx keeps its
+// transaction, and with it the fence, while fn runs, whatever happens to
+// the caller's context.
+func TestSQLiteTxCancelHolds(t *testing.T) {
+	f := open(t, sqltest.OpenSQLite(t, filepath.Join(t.TempDir(), "fence.db")), sqlfence.SQLite)
+	fencetest.CancelHolds(t, f, func(ctx context.Context, e epoch.Epoch, body func() error) error {
+		return f.Tx(ctx, "r", e, func(*sql.Tx) error { return body() })
+	})
+}
+
+func TestPostgresTxCancelHolds(t *testing.T) {
+	f := open(t, sqltest.OpenPostgres(t, sqltest.PostgresDSN(t)), sqlfence.Postgres)
+	fencetest.CancelHolds(t, f, func(ctx context.Context, e epoch.Epoch, body func() error) error {
+		return f.Tx(ctx, "r", e, func(*sql.Tx) error { return body() })
+	})
 }
