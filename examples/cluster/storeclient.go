@@ -19,11 +19,18 @@ type storeClient struct {
 	hc   *http.Client
 }
 
+// newStoreClient returns a client of the store at base over hc's transport.
+// Its writes carry the token in a header that http.Client would copy to
+// every redirect, whatever the host: the client refuses to follow a
+// redirect to another origin (epoch.CheckRedirect), so the token never
+// leaves for a host it was not meant for.
 func newStoreClient(base string, hc *http.Client) *storeClient {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	return &storeClient{base: strings.TrimRight(base, "/"), hc: hc}
+	c := *hc
+	c.CheckRedirect = epoch.CheckRedirect
+	return &storeClient{base: strings.TrimRight(base, "/"), hc: &c}
 }
 
 // storeAnswer is the store's reply to a write: its status and body.
