@@ -190,3 +190,11 @@ func TestTornRaise(t *testing.T) {
 		t.Fatalf("Highest after reopen = %v, %v; want %v", h, err, ep(6, "a"))
 	}
 }
+
+// TestStableBeforeUse: every raise is on stable storage (the slot written
+// and fdatasynced; a resource's first file written, fsynced, renamed into
+// place and the directory fsynced) before the write runs or Admit returns,
+// on the child's real system calls. Intent files only hold locks.
+func TestStableBeforeUse(t *testing.T) {
+	fencetest.StableBeforeUse(t, durable, func(path string) bool { return strings.HasSuffix(path, ".intent") })
+}

@@ -103,3 +103,13 @@ func (d *Fence) sync(f *os.File, kind syncKind) error {
 	}
 	return f.Sync()
 }
+
+// syncPath fsyncs the directory at path.
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,4 +195,35 @@ func TestPostgresTxCancelHolds(t *testing.T) {
 	fencetest.CancelHolds(t, f, func(ctx context.Context, e epoch.Epoch, body func() error) error {
 		return f.Tx(ctx, "r", e, func(*sql.Tx) error { return body() })
 	})
+}
+
+// TestSQLiteStableBeforeUse: every raise is committed to stable storage
+// (the WAL fsynced, the new files' directory entries too) before the write
+// runs or Admit returns, on the child's real system calls. The -shm file
+// is SQLite's shared-memory index, rebuilt from the WAL after a crash.
+func TestSQLiteStableBeforeUse(t *testing.T) {
+	fencetest.StableBeforeUse(t, durable, func(path string) bool { return strings.HasSuffix(path, "-shm") })
+}
+
+// TestSQLiteNotDurableRefused: on a connection whose commits are not
+// synced (synchronous below FULL) a raise is refused, not acknowledged.
+func TestSQLiteNotDurableRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	f := open(t, db, sqlfence.SQLite)
+	ctx := context.Background()
+	if err := f.Admit(ctx, "r", ep(3, "a")); !errors.Is(err, sqlfence.ErrNotDurable) {
+		t.Fatalf("raise on synchronous=NORMAL = %v, want ErrNotDurable", err)
+	}
+	err = f.Tx(ctx, "r", ep(3, "a"), func(*sql.Tx) error { return nil })
+	if !errors.Is(err, sqlfence.ErrNotDurable) {
+		t.Fatalf("Tx raise on synchronous=NORMAL = %v, want ErrNotDurable", err)
+	}
+	if h, err := f.Highest(ctx, "r"); err != nil || !h.IsZero() {
+		t.Fatalf("Highest = %v, %v after refused raises", h, err)
+	}
 }
