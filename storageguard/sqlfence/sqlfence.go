@@ -207,8 +207,15 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 	case mode == exclusive || (f.d == SQLite && raiseInTx):
 		// The first epoch of a resource is always a raise (Decide on a zero
 		// highest): inserting it is that raise, committed with the rest.
-		if _, err := tx.ExecContext(ctx, f.qInsert, key, ep.Cluster, int64(ep.Term), ep.Leader); err != nil {
+		res, err := tx.ExecContext(ctx, f.qInsert, key, ep.Cluster, int64(ep.Term), ep.Leader)
+		if err != nil {
 			return err
+		}
+		if n, err := res.RowsAffected(); f.d == SQLite && (err != nil || n > 0) {
+			// A resource's first raise.
+			if err := f.checkDurable(ctx, tx); err != nil {
+				return err
+			}
 		}
 	case f.d == SQLite:
 		// Take the write lock without changing anything: a raise must not
