@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
@@ -62,12 +63,22 @@ type backend interface {
 // storeConfig configures openStore. Codec verifies tokens (epoch.Plain()
 // accepts any well-formed token).
 type storeConfig struct {
-	Backend  string // "sqlite" (default) or "bolt"
-	Data     string // the SQLite file, or the boltfence file (records go next to it)
+	Backend  string // "sqlite" (default), "bolt", or one of storeBackends (store_fences.go)
+	Data     string // the SQLite file, or the boltfence file (records go next to it); postgres: the DSN
 	Cluster  string
 	Unfenced bool
 	Verifier epoch.Verifier
 	Log      *slog.Logger
+	// WriteDelay, for fault injection: each fenced write waits a random
+	// time below it while it holds the fence, so that faults land inside
+	// writes. Zero: none.
+	WriteDelay time.Duration
+	// ReleaseEarly, the fault suite's control experiment: the fence admits
+	// an epoch but lets go before the write runs (Middleware backends).
+	ReleaseEarly bool
+	// ProxyTimeout is httpfence's ProxyConfig.Timeout for the proxy
+	// backends. Zero: httpfence's default.
+	ProxyTimeout time.Duration
 }
 
 // recordStore is the store's state and HTTP API.
@@ -96,19 +107,10 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	var (
-		b   backend
-		err error
-	)
-	switch cfg.Backend {
-	case "", "sqlite":
+	if cfg.Backend == "" {
 		cfg.Backend = "sqlite"
-		b, err = openSQLite(ctx, cfg.Data)
-	case "bolt":
-		b, err = openBolt(cfg.Data)
-	default:
-		return nil, fmt.Errorf("store: unknown -backend %q (want sqlite or bolt)", cfg.Backend)
 	}
+	b, err := openBackend(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +165,10 @@ func (s *recordStore) handleWrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req writeRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if rb, ok := s.b.(rawBackend); ok && rb.raw() && !s.cfg.Unfenced {
+		// A proxy: it reads the body itself, after admission.
+		req.Resource = resourceParam(r)
+	} else if err := decodeJSON(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "store: "+err.Error())
 		return
 	}

@@ -62,7 +62,9 @@ func (a storeAnswer) Reason() string {
 // write sends one write stamped with token. An error means no answer.
 func (c *storeClient) write(ctx context.Context, token string, req writeRequest) (storeAnswer, error) {
 	body, _ := json.Marshal(req) // two strings: cannot fail
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/write", bytes.NewReader(body))
+	// The resource also travels in the query: a proxy in front of the store
+	// maps a request to its resource before it reads the body.
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/write?resource="+url.QueryEscape(req.Resource), bytes.NewReader(body))
 	if err != nil {
 		return storeAnswer{}, fmt.Errorf("store write: %w", err)
 	}
