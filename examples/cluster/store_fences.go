@@ -124,14 +124,17 @@ type dbFence struct {
 func (f dbFence) Close() error { return errors.Join(f.Fence.Close(), f.db.Close()) }
 
 // openPostgres opens the postgres backend: records and fence in the
-// database at dsn, through sessions named PostgresApp.
+// database at dsn, through sessions named PostgresApp unless the DSN names
+// them.
 func openPostgres(ctx context.Context, dsn string) (*sqliteBackend, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: -data is not a PostgreSQL URL: %w", err)
 	}
 	q := u.Query()
-	q.Set("application_name", PostgresApp)
+	if q.Get("application_name") == "" {
+		q.Set("application_name", PostgresApp)
+	}
 	u.RawQuery = q.Encode()
 	db, err := sql.Open("pgx", u.String())
 	if err != nil {
@@ -215,6 +218,14 @@ func (p *proxiedBackend) serveRecord(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.delay != nil {
 		p.delay()
+	}
+	// The proxy cancels a request it cut off at its timeout, and from then
+	// on no longer holds the fence for it: a record service must not apply
+	// it (the proxy's documented non-guarantee; this check narrows the
+	// window to the put itself).
+	if err := r.Context().Err(); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "records: request cut off: "+err.Error())
+		return
 	}
 	if err := p.put(r.Context(), record{Resource: req.Resource, Value: req.Value, Epoch: ep}); err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())

@@ -35,6 +35,8 @@ type cluster struct {
 	client   *http.Client
 	tr       *http.Transport
 
+	key []byte // the HMAC key the nodes and the store share
+
 	mu        sync.Mutex
 	storeDown []window // when the store was killed, until it served again
 	storeDead []window // when no store process existed at all
@@ -57,11 +59,20 @@ func newCluster(cfg Config) (*cluster, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
 	c := &cluster{cfg: cfg, tr: tr, client: &http.Client{Transport: tr}, storeURL: "http://" + storeAddr}
 	c.storeAF = filepath.Join(cfg.Dir, "store.addr")
-	storeArgs := []string{"store", "-http", storeAddr, "-data", filepath.Join(cfg.Dir, "store."+cfg.Backend),
-		"-backend", cfg.Backend, "-cluster", clusterName, "-token-key", key, "-addr-file", c.storeAF}
+	data := filepath.Join(cfg.Dir, "store."+cfg.Backend)
+	if cfg.Backend == "postgres" {
+		data = cfg.PostgresDSN
+	}
+	storeArgs := []string{"store", "-http", storeAddr, "-data", data,
+		"-backend", cfg.Backend, "-cluster", clusterName, "-token-key", key, "-addr-file", c.storeAF,
+		"-write-delay", cfg.WriteDelay.String(), "-proxy-timeout", cfg.ProxyTimeout.String()}
 	if cfg.Unfenced {
 		storeArgs = append(storeArgs, "-unfenced")
 	}
+	if cfg.ReleaseEarly {
+		storeArgs = append(storeArgs, "-release-early")
+	}
+	c.key = []byte(strings.Repeat("5ec7e7", 11))
 	c.store = &proc{name: "store", bin: cfg.Binary, args: storeArgs, logPath: filepath.Join(cfg.Dir, "store.log"), addr: storeAddr}
 
 	var boot []string

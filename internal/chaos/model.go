@@ -63,9 +63,14 @@ func (s register) apply(term uint64, leader, value string) register {
 }
 
 // step is the fenced register's sequential specification. A write is applied
-// iff its epoch is admitted; a refused write leaves the state alone; an
-// indeterminate write either never took effect or was applied with one of
-// its candidate epochs (if admitted); a read returns the current record.
+// iff its epoch is admitted; a refused write leaves the state alone and
+// names the reason the rule gives (stale: an older term; conflict: the
+// highest term under another leader); an
+// indeterminate write either never took effect, or was applied with one of
+// its candidate epochs (if admitted), or only raised the fence to one of
+// them without its record (a fence admits before the record is written; a
+// proxy or a handler can fail in between); a read returns the current
+// record.
 func step(state interface{}, in interface{}, _ interface{}) []interface{} {
 	s := state.(register)
 	op := in.(input)
@@ -81,12 +86,32 @@ func step(state interface{}, in interface{}, _ interface{}) []interface{} {
 			if s.admits(op.Term, op.Leader) {
 				return nil
 			}
+			// The refusal must give the reason the rule gives: an off-by-one
+			// in the stale rule would refuse the highest term as stale.
+			switch op.Reason {
+			case "stale":
+				if op.Term >= s.HighTerm {
+					return nil
+				}
+			case "conflict":
+				if op.Term != s.HighTerm || op.Leader == s.HighLeader {
+					return nil
+				}
+			}
 			return []interface{}{s}
 		case Indeterminate:
 			next := []interface{}{s}
 			for _, c := range op.Candidates {
 				if s.admits(c.Term, c.Leader) {
 					next = append(next, s.apply(c.Term, c.Leader, op.Value))
+					if c.Term > s.HighTerm {
+						// Admitted and raised, but the record never
+						// written: a write the proxy cut off, a record
+						// handler that failed after admission.
+						r := s
+						r.HighTerm, r.HighLeader = c.Term, c.Leader
+						next = append(next, r)
+					}
 				}
 			}
 			return next

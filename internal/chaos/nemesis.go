@@ -17,15 +17,40 @@ const (
 	partition
 	resign
 	killStore
+	// disconnect: writes through the leader whose clients give up within
+	// milliseconds, mid-write: the node's store request is cancelled while
+	// the store holds the fence for it.
+	disconnect
+	// trickle: a write straight to the store under the leader's epoch whose
+	// body trickles in, past the proxy's timeout, while the leader resigns
+	// (proxy backends only).
+	trickle
+	// killSession: pg_terminate_backend of the store's PostgreSQL sessions,
+	// mid-write (postgres backend only).
+	killSession
 	numFaultKinds
 )
 
-var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store"}
+var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store", "disconnect", "trickle", "kill-session"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
 // faultWeights: pauses are the fault fencing exists for, so they come most.
-var faultWeights = [numFaultKinds]int{pauseLeader: 35, killNode: 20, partition: 20, resign: 10, killStore: 15}
+var faultWeights = [numFaultKinds]int{pauseLeader: 35, killNode: 20, partition: 20, resign: 10, killStore: 15,
+	disconnect: 15, trickle: 20, killSession: 20}
+
+// allowed reports whether the run's backend takes fault kind k.
+func (n *nemesis) allowed(k faultKind) bool {
+	switch k {
+	case killStore:
+		return n.cfg.durable() // the memory fence forgets everything on restart
+	case trickle:
+		return n.cfg.proxied()
+	case killSession:
+		return n.cfg.Backend == "postgres"
+	}
+	return true
+}
 
 // nemesis injects faults drawn from a seeded generator, one at a time.
 type nemesis struct {
@@ -40,11 +65,16 @@ type nemesis struct {
 
 func (n *nemesis) pick() faultKind {
 	total := 0
-	for _, w := range faultWeights {
-		total += w
+	for k, w := range faultWeights {
+		if n.allowed(faultKind(k)) {
+			total += w
+		}
 	}
 	x := n.rng.Intn(total)
 	for k, w := range faultWeights {
+		if !n.allowed(faultKind(k)) {
+			continue
+		}
 		if x < w {
 			return faultKind(k)
 		}
@@ -86,6 +116,12 @@ func (n *nemesis) run(ctx context.Context) error {
 			err = n.resign(ctx)
 		case killStore:
 			err = n.killStore(ctx, n.leases(0, 4))
+		case disconnect:
+			err = n.disconnect(ctx)
+		case trickle:
+			err = n.trickle(ctx)
+		case killSession:
+			err = n.killSession(ctx)
 		}
 		if err != nil {
 			return fmt.Errorf("chaos: fault %d (%v): %w", n.faults+1, kind, err)
