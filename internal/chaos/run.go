@@ -28,7 +28,7 @@ type Config struct {
 	Faults     int           // inject at least this many faults (required, > 0)
 	Duration   time.Duration // and keep injecting for at least this long
 	Seed       int64
-	Unfenced   bool   // run the store with -unfenced (the control experiment)
+	Unfenced   bool // run the store with -unfenced (the control experiment)
 	// ReleaseEarly runs the store with -release-early: a fence that admits
 	// an epoch and lets go before the write runs (the second control
 	// experiment; needs a Middleware backend: bolt, memory, dir, sqlite-do).
@@ -46,8 +46,8 @@ type Config struct {
 	WriteDelay time.Duration
 	// ProxyTimeout is the proxy backends' -proxy-timeout; 0: 1s.
 	ProxyTimeout time.Duration
-	Writers    int    // concurrent writing clients; 0: 6
-	Resources  int    // fenced resources written; 0: 4
+	Writers      int // concurrent writing clients; 0: 6
+	Resources    int // fenced resources written; 0: 4
 	// Think is the upper bound of a writer's random pause between writes;
 	// 0: 4ms.
 	Think     time.Duration
