@@ -44,7 +44,10 @@
 //     must reach stable storage.
 //   - A raise by another process waits for the writes in flight plus up to
 //     about one probe interval; a write under the current epoch queued
-//     behind such a raise waits too, whatever its context says.
+//     behind such a raise waits too, and a raise waiting for in-flight
+//     writes does not give up when its context ends (flock(2) and the
+//     process's own lock cannot be interrupted). The hold itself never
+//     depends on the context.
 //   - Every process must run this protocol; a file changed from outside the
 //     fence is detected as corrupt or re-read, not repaired.
 //   - The fence protects only what is written through it (I7), does not

@@ -2,6 +2,7 @@ package fencetest
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,5 +94,53 @@ func CancelHolds(t *testing.T, f storageguard.Fence, do func(ctx context.Context
 	}
 	if overlapped.Load() {
 		t.Fatal("the newer epoch's write ran beside the older one")
+	}
+}
+
+// testContextBoundsWait: a raise waiting for a write under the older epoch
+// gives up when its context ends (the context bounds the wait to get in),
+// raises nothing, and leaves the fence working.
+func testContextBoundsWait(t *testing.T, f storageguard.Fence) {
+	bg := context.Background()
+	older, newer := ep(33, "a"), ep(34, "b")
+	if err := f.Admit(bg, "r", older); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	olderDone := make(chan error, 1)
+	go func() {
+		olderDone <- f.Do(bg, "r", older, func(context.Context) error {
+			close(entered)
+			<-release
+			return nil
+		})
+	}()
+	<-entered
+	ctx, cancel := context.WithCancel(bg)
+	raised := make(chan error, 1)
+	go func() { raised <- f.Admit(ctx, "r", newer) }()
+	// The raise is (or soon will be) waiting for the older write; its
+	// caller gives up.
+	time.AfterFunc(20*time.Millisecond, cancel)
+	select {
+	case err := <-raised:
+		close(release)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a raise whose context ended while it waited = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		<-olderDone
+		<-raised
+		t.Fatal("a raise waiting for an older write did not give up when its context ended")
+	}
+	if err := <-olderDone; err != nil {
+		t.Fatal(err)
+	}
+	if h, err := f.Highest(bg, "r"); err != nil || h != older {
+		t.Fatalf("Highest = %v, %v after an abandoned raise; want %v", h, err, older)
+	}
+	if err := f.Admit(bg, "r", newer); err != nil {
+		t.Fatalf("the raise, again: %v", err)
 	}
 }
