@@ -209,7 +209,10 @@ func TestChaosBackends(t *testing.T) {
 func TestChaosReleaseEarlyControl(t *testing.T) {
 	cfg := backendConfig(t, "bolt")
 	cfg.ReleaseEarly, cfg.Faults = true, 12
-	cfg.WriteDelay = 40 * time.Millisecond
+	// Writes land up to four leases after their admission: long enough
+	// that a write admitted just before a leadership change lands after
+	// the successor's first writes.
+	cfg.WriteDelay = 4 * cfg.Heartbeat
 	cfg.FailureDir = t.TempDir()
 	cfg.CheckTimeout = 30 * time.Second
 	res := runChaos(t, cfg)

@@ -272,9 +272,14 @@ func Check(h History, timeout time.Duration) Report {
 		default:
 			continue
 		}
+		if op.Outcome == Acked {
+			adm := in
+			adm.Phase, in.Phase = admit, record
+			ops = append(ops, porcupine.Operation{ClientId: op.Client, Input: adm, Call: int64(op.Call), Output: op.Outcome, Return: ret})
+		}
 		ops = append(ops, porcupine.Operation{ClientId: op.Client, Input: in, Call: int64(op.Call), Output: op.Outcome, Return: ret})
+		r.Ops++
 	}
-	r.Ops = len(ops)
 	r.model = fencedRegister()
 	r.Linearizable, r.info = porcupine.CheckOperationsVerbose(r.model, ops, timeout)
 	return r

@@ -383,3 +383,37 @@ func TestCheckRefusalReason(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckAdmitBeforeRecord: a fence admits a write's epoch (durably
+// raising it) before the write runs, and holds it until the write
+// returned: meanwhile an older epoch is refused naming the new highest
+// while reads still return the older record. That is correct; a record
+// that lands after a newer epoch was admitted (a fence that let go early)
+// is not.
+func TestCheckAdmitBeforeRecord(t *testing.T) {
+	ok := History{
+		Ops: []Op{
+			write(0, "a", "n1", 0, 2, Acked, 4),
+			write(1, "b", "n2", 3, 20, Acked, 5),     // admitted at once, record written late
+			refused(2, "c", "n1", 4, 6, 4, 5, "n2"), // refused under the new highest
+			read(3, "a", 4, "n1", 7, 8),             // the record is still a's
+			read(3, "b", 5, "n2", 21, 22),
+		},
+		Final: final("b", 5, "n2"),
+	}
+	if r := Check(ok, 0); r.Linearizable != porcupine.Ok {
+		t.Fatalf("admission before the record: %+v", r.Linearizable)
+	}
+	late := History{
+		Ops: []Op{
+			write(0, "a", "n1", 0, 30, Acked, 4), // admitted at 0, record lands at 25
+			write(1, "b", "n2", 3, 5, Acked, 5),
+			read(3, "b", 5, "n2", 6, 7),
+			read(3, "a", 4, "n1", 26, 27), // a deposed leader's record over its successor's
+		},
+		Final: final("a", 4, "n1"),
+	}
+	if r := Check(late, 0); r.Linearizable == porcupine.Ok {
+		t.Fatal("a record that landed after a newer epoch was admitted passed the check")
+	}
+}

@@ -50,7 +50,25 @@ type input struct {
 	Op
 	Index      int // in History.Ops
 	Candidates []candidate
+	// Phase splits an acknowledged write in two operations over the same
+	// interval: its admission (the fence raised to its epoch, or already
+	// there) and, later or at once, its record written while the fence is
+	// still at exactly that epoch. A fence may raise before the write runs
+	// (Do commits a raise before the write; a proxy admits before it
+	// forwards) but admits no newer epoch until the write returned, so the
+	// record lands under its own epoch; a Tx backend does both at one
+	// point, which the split allows too.
+	Phase phase
 }
+
+// phase is the part of an acknowledged write an operation stands for.
+type phase uint8
+
+const (
+	whole phase = iota // the write as one step (refused, indeterminate)
+	admit              // an acknowledged write's admission
+	record             // an acknowledged write's record
+)
 
 // admits is the fence rule: a term above the highest, or the highest term
 // from the same leader.
@@ -78,6 +96,20 @@ func step(state interface{}, in interface{}, _ interface{}) []interface{} {
 	case Write:
 		switch op.Outcome {
 		case Acked:
+			switch op.Phase {
+			case admit:
+				if !s.admits(op.Term, op.Leader) {
+					return nil
+				}
+				r := s
+				r.HighTerm, r.HighLeader = op.Term, op.Leader
+				return []interface{}{r}
+			case record:
+				if s.HighTerm != op.Term || s.HighLeader != op.Leader {
+					return nil // not under its own epoch: a newer one was admitted first
+				}
+				return []interface{}{s.apply(op.Term, op.Leader, op.Value)}
+			}
 			if s.admits(op.Term, op.Leader) {
 				return []interface{}{s.apply(op.Term, op.Leader, op.Value)}
 			}
@@ -164,6 +196,8 @@ func fencedRegister() porcupine.Model {
 				return fmt.Sprintf("read(%s) -> %s @%d/%s", op.Resource, op.Value, op.Term, op.Leader)
 			case op.Outcome == Indeterminate:
 				return fmt.Sprintf("write(%s, %s) via %s -> ? (terms %v)", op.Resource, op.Value, op.Node, op.Candidates)
+			case op.Phase == admit:
+				return fmt.Sprintf("admit(%s) @%d/%s for %s via %s", op.Resource, op.Term, op.Leader, op.Value, op.Node)
 			default:
 				return fmt.Sprintf("write(%s, %s) @%d/%s via %s -> %s", op.Resource, op.Value, op.Term, op.Leader, op.Node, op.Outcome)
 			}
