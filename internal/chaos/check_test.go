@@ -394,7 +394,7 @@ func TestCheckAdmitBeforeRecord(t *testing.T) {
 	ok := History{
 		Ops: []Op{
 			write(0, "a", "n1", 0, 2, Acked, 4),
-			write(1, "b", "n2", 3, 20, Acked, 5),     // admitted at once, record written late
+			write(1, "b", "n2", 3, 20, Acked, 5),    // admitted at once, record written late
 			refused(2, "c", "n1", 4, 6, 4, 5, "n2"), // refused under the new highest
 			read(3, "a", 4, "n1", 7, 8),             // the record is still a's
 			read(3, "b", 5, "n2", 21, 22),

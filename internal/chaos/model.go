@@ -65,9 +65,9 @@ type input struct {
 type phase uint8
 
 const (
-	whole phase = iota // the write as one step (refused, indeterminate)
-	admit              // an acknowledged write's admission
-	record             // an acknowledged write's record
+	whole  phase = iota // the write as one step (refused, indeterminate)
+	admit               // an acknowledged write's admission
+	record              // an acknowledged write's record
 )
 
 // admits is the fence rule: a term above the highest, or the highest term
