@@ -10,14 +10,35 @@
 // leader), with writes arranged to be in flight at the pause; SIGKILL and
 // restart of any node on the same data dir; partitions through each node's
 // test-only POST /fault; leadership transfers through POST /resign; SIGKILL
-// and restart of the store on the same -data.
+// and restart of the store on the same -data; writes whose clients give up
+// within milliseconds, while the store holds the fence for them (the
+// node's store request is cancelled mid-write); and, by backend, writes
+// whose body trickles in past the proxy's timeout while the leader resigns
+// (proxy-*), and pg_terminate_backend of the store's sessions mid-write
+// (postgres).
+//
+// # Backends
+//
+// Config.Backend picks the store's (examples/cluster store -backend):
+// sqlite and postgres (sqlfence's Tx: fence and record in one
+// transaction), bolt, memory, dir and sqlite-do (httpfence.Middleware over
+// boltfence, storageguard.Memory, dirfence and sqlfence's Do, records in
+// bbolt), proxy-sqlite and proxy-dir (httpfence.NewProxy over sqlfence and
+// dirfence in front of an unfenced record service). The memory fence is not
+// durable: a run on it never restarts the store (no kill-store fault, no
+// final restart), and says so. postgres needs TERMFENCE_POSTGRES_DSN; each
+// run makes a schema of its own there.
 //
 // # What is checked
 //
 //   - Linearizability (porcupine) against a fenced register per resource: a
-//     write is applied iff its term is at least the highest applied (an equal
-//     term must name the same leader), a refused write changes nothing, a
-//     read returns the last applied write. A write whose outcome the client
+//     write is applied iff its term is at least the highest admitted (an
+//     equal term must name the same leader); an acknowledged write is
+//     admitted (the fence raised) and then recorded while the fence is
+//     still at its epoch, as the fence contract allows; a refused write
+//     changes nothing and must give the reason the rule gives (stale: an
+//     older term; conflict: the highest term under another leader); a read
+//     returns the last recorded write. A write whose outcome the client
 //     could not learn (timeout, reset, a 5xx while the store was down) is
 //     indeterminate: it may take effect at any later time, with any epoch its
 //     node was seen holding, or never.
@@ -30,6 +51,12 @@
 //     below the highest acknowledged term, counts as lost.
 //   - Every refusal is a clear error: 409/401/403 with a JSON error body;
 //     a 200 always names the accepted epoch; no 5xx while the store is up.
+//
+// Two control runs show that the checks can fail: a store with the fence
+// switched off (Config.Unfenced) and one whose fence admits an epoch and
+// lets go before the write runs (Config.ReleaseEarly, what a fence that
+// drops its hold when its caller's context ends does). Both must be
+// reported as violations.
 //
 // On a violation the run writes porcupine's HTML visualization, the history
 // as JSON and the seed under the failures directory and prints their paths.
@@ -53,7 +80,8 @@
 //
 // # Running
 //
-//	go test ./internal/chaos                      # short: 3 nodes, 30 faults
+//	go test ./internal/chaos                      # short: 3 nodes, 30 faults on sqlite,
+//	                                              # 8 on each other backend, two controls
 //	TERMFENCE_CHAOS=10m go test -timeout 60m -run 'TestChaos$' ./internal/chaos
 //	TERMFENCE_CHAOS_SEED=S ...                    # replay the nemesis's choices
 //	TERMFENCE_CHAOS_BIN=path ...                  # test a prebuilt examples/cluster
