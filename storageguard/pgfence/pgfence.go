@@ -29,7 +29,7 @@ const (
 	// session's idle-in-transaction timeout off (SET LOCAL) in the same
 	// statement; the server would otherwise end the session, and the lock,
 	// under the write.
-	qSelectHold   = "SELECT cluster, term, leader, set_config('idle_in_transaction_session_timeout', '0', true) FROM termfence_fence WHERE resource = $1 FOR SHARE"
+	qSelectHold   = "SELECT cluster, term, leader, CASE WHEN current_setting('idle_in_transaction_session_timeout') <> '0' THEN set_config('idle_in_transaction_session_timeout', '0', true) END FROM termfence_fence WHERE resource = $1 FOR SHARE"
 	qSelectUpdate = qSelect + " FOR UPDATE"
 	qUpdate       = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
 )
@@ -160,7 +160,7 @@ func readBatch(br pgx.BatchResults, exclusive, hold bool) (epoch.Epoch, error) {
 	}
 	var h epoch.Epoch
 	var term int64
-	var setting string
+	var setting *string
 	dst := []any{&h.Cluster, &term, &h.Leader, &setting}
 	if !hold || exclusive {
 		dst = dst[:3]

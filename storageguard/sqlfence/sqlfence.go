@@ -123,7 +123,7 @@ func Open(ctx context.Context, db *sql.DB, d Dialect) (*Fence, error) {
 		// the session's idle-in-transaction timeout off for that
 		// transaction only (SET LOCAL), in the same statement, so that the
 		// server does not end the session, and the lock, under the write.
-		f.qSelectHold = "SELECT cluster, term, leader, set_config('idle_in_transaction_session_timeout', '0', true) FROM termfence_fence WHERE resource = $1 FOR SHARE"
+		f.qSelectHold = "SELECT cluster, term, leader, CASE WHEN current_setting('idle_in_transaction_session_timeout') <> '0' THEN set_config('idle_in_transaction_session_timeout', '0', true) END FROM termfence_fence WHERE resource = $1 FOR SHARE"
 		f.qSelectUpdate = f.qSelectPlain + " FOR UPDATE"
 		f.qUpdate = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
 		f.qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BYTEA PRIMARY KEY, cluster TEXT NOT NULL, term BIGINT NOT NULL, leader TEXT NOT NULL)"
@@ -187,8 +187,22 @@ const endTimeout = 5 * time.Second
 // PostgreSQL it also turns the session's idle_in_transaction_session_timeout
 // off, since the session idles while the write runs outside it.
 func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode sqlMode, raiseInTx, hold bool, fn func(*sql.Tx) error) (err error) {
-	txCtx, end := context.WithCancel(context.WithoutCancel(ctx))
+	// The transaction's context: never the caller's cancellation. Over a
+	// network (PostgreSQL) its end is bounded by endTimeout through a
+	// cancel of its own; SQLite's commit is local (bounded by its busy
+	// timeout), and a context that can end would cost a goroutine per
+	// transaction in database/sql.
+	txCtx, end := context.WithoutCancel(ctx), func() {}
+	if f.d == Postgres {
+		txCtx, end = context.WithCancel(txCtx)
+	}
 	defer end()
+	ending := func() func() bool {
+		if f.d != Postgres {
+			return func() bool { return true }
+		}
+		return time.AfterFunc(endTimeout, end).Stop
+	}
 	tx, err := f.db.BeginTx(txCtx, nil)
 	if err != nil {
 		return err
@@ -197,9 +211,9 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 	defer func() {
 		if !committed {
 			// Also on a panic in fn: never leave the row locked.
-			t := time.AfterFunc(endTimeout, end)
+			stop := ending()
 			tx.Rollback()
-			t.Stop()
+			stop()
 		}
 	}()
 	key := []byte(resource)
@@ -239,7 +253,7 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 	}
 	var h epoch.Epoch
 	var term int64
-	var setting string
+	var setting *string
 	dst := []any{&h.Cluster, &term, &h.Leader, &setting}[:cols]
 	switch err := row.Scan(dst...); {
 	case errors.Is(err, sql.ErrNoRows):
@@ -280,8 +294,7 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 		}
 	}
 	committed = true
-	t := time.AfterFunc(endTimeout, end)
-	defer t.Stop()
+	defer ending()()
 	return tx.Commit()
 }
 
