@@ -50,15 +50,6 @@ func openBoltFence(path string) (storageguard.Fence, error) {
 	return f, nil
 }
 
-// openBolt opens the fence at path and the records at path + "-records".
-func openBolt(path string) (*boltBackend, error) {
-	f, err := boltfence.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
-	}
-	return openRecords(f, path)
-}
-
 // openRecords opens the records at path + "-records" beside fence f, which
 // the backend closes.
 func openRecords(f storageguard.Fence, path string) (*boltBackend, error) {
