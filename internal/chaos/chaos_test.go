@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -170,18 +172,53 @@ func backendConfig(t *testing.T, backend string) Config {
 	return cfg
 }
 
-// TestChaosBackends runs the nemesis over every other store backend: each
+// BackendsEnv picks the backends TestChaosBackends runs: "all" (also the
+// default of the long mode, TERMFENCE_CHAOS), or a comma-separated list of
+// Backends. Unset: defaultBackends.
+const BackendsEnv = "TERMFENCE_CHAOS_BACKENDS"
+
+// defaultBackends is the short mode's subset, one of each path the issue
+// names, so that the CI run stays a few minutes on 2 cores: sqlfence's Do
+// through httpfence.Middleware (a client that disconnects mid-write), the
+// proxy over sqlfence (trickled bodies), and PostgreSQL (sessions killed
+// mid-write; skipped without TERMFENCE_POSTGRES_DSN). TestChaos runs
+// sqlite, TestChaosReleaseEarlyControl bolt. TERMFENCE_CHAOS_BACKENDS=all
+// adds bolt, memory, dir and proxy-dir (about 9 s each here).
+var defaultBackends = []string{"sqlite-do", "proxy-sqlite", "postgres"}
+
+// chaosBackends returns the backends TestChaosBackends runs.
+func chaosBackends(t *testing.T) []string {
+	t.Helper()
+	v := os.Getenv(BackendsEnv)
+	if v == "" && os.Getenv("TERMFENCE_CHAOS") != "" {
+		v = "all"
+	}
+	switch v {
+	case "":
+		return defaultBackends
+	case "all":
+		return slices.DeleteFunc(slices.Clone(Backends), func(b string) bool { return b == "sqlite" })
+	}
+	var list []string
+	for _, b := range strings.Split(v, ",") {
+		if b = strings.TrimSpace(b); !slices.Contains(Backends, b) {
+			t.Fatalf("%s=%q: unknown backend %q, want \"all\" or some of %v", BackendsEnv, v, b, Backends)
+		}
+		list = append(list, b)
+	}
+	return list
+}
+
+// TestChaosBackends runs the nemesis over other store backends: each
 // in-process fence and sqlfence's Do through httpfence.Middleware, the
 // proxy over sqlfence and dirfence (with clients that trickle their
 // bodies), and PostgreSQL (with its sessions killed mid-write; skipped
 // without TERMFENCE_POSTGRES_DSN). Every backend also gets clients that
 // disconnect mid-write. The memory fence is not durable, so its store is
-// never restarted. Each must report stale_accepted=0 lost=0.
+// never restarted. Each must report stale_accepted=0 lost=0. The short
+// mode runs defaultBackends; TERMFENCE_CHAOS_BACKENDS=all runs them all.
 func TestChaosBackends(t *testing.T) {
-	for _, backend := range Backends {
-		if backend == "sqlite" {
-			continue // TestChaos
-		}
+	for _, backend := range chaosBackends(t) {
 		t.Run(backend, func(t *testing.T) {
 			cfg := backendConfig(t, backend)
 			if backend == "postgres" {

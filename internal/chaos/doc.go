@@ -81,7 +81,11 @@
 // # Running
 //
 //	go test ./internal/chaos                      # short: 3 nodes, 30 faults on sqlite,
-//	                                              # 8 on each other backend, two controls
+//	                                              # 8 each on sqlite-do, proxy-sqlite and
+//	                                              # postgres (with its DSN), two controls
+//	TERMFENCE_CHAOS_BACKENDS=all go test ./internal/chaos   # every backend (also dir,
+//	                                              # bolt, memory, proxy-dir; ~9 s each)
+//	TERMFENCE_CHAOS_BACKENDS=dir,proxy-dir ...    # just these
 //	TERMFENCE_CHAOS=10m go test -timeout 60m -run 'TestChaos$' ./internal/chaos
 //	TERMFENCE_CHAOS_SEED=S ...                    # replay the nemesis's choices
 //	TERMFENCE_CHAOS_BIN=path ...                  # test a prebuilt examples/cluster
