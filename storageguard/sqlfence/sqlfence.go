@@ -21,7 +21,11 @@ const (
 	// SQLite is SQLite 3.24 or later (for example modernc.org/sqlite, driver
 	// name "sqlite"). SQLite allows one writer per database, so every Tx and
 	// Do on it takes the database's write lock: same-epoch writers run one
-	// at a time. Open the database with a busy timeout (for modernc:
+	// at a time. The transactions of one Fence queue for that lock in the
+	// order they asked (SQLite's busy handler polls, and alone can keep a
+	// writer waiting for seconds while newer ones get through), so a Tx's
+	// fn or a Do's write must not call Tx, Do or Admit on the same Fence:
+	// it would wait for itself until its ctx ends. Open the database with a busy timeout (for modernc:
 	// "file.db?_pragma=busy_timeout(5000)"); an in-memory database must be
 	// shared by all connections of the pool.
 	SQLite Dialect = iota + 1
