@@ -54,6 +54,19 @@ func (n *nemesis) allowed(k faultKind) bool {
 	return true
 }
 
+// first returns the faults every run injects first, once each: clients
+// that disconnect mid-write, and by backend trickled bodies (proxies) and
+// killed sessions (postgres).
+func (n *nemesis) first() []faultKind {
+	var kinds []faultKind
+	for _, k := range []faultKind{disconnect, trickle, killSession} {
+		if n.allowed(k) {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
+}
+
 // nemesis injects faults drawn from a seeded generator, one at a time.
 type nemesis struct {
 	c      *cluster
@@ -104,8 +117,13 @@ func (n *nemesis) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		// Draw everything from the seed before acting on it.
+		// Draw everything from the seed before acting on it. The faults
+		// this backend is run for come first: drawn at random among 8
+		// faults, a run would often have none of them.
 		kind := n.pick()
+		if n.faults < len(n.first()) {
+			kind = n.first()[n.faults]
+		}
 		var err error
 		switch kind {
 		case pauseLeader:
