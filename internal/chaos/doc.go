@@ -5,7 +5,10 @@
 //
 // # What is injected
 //
-// SIGSTOP/SIGCONT of the leader for 1-5 leases (the lease here is the
+// Every run starts with the faults its backend is there for, once each
+// (clients that disconnect; trickled bodies on a proxy; killed sessions on
+// postgres), then draws the rest at random. SIGSTOP/SIGCONT of the leader
+// for 1-5 leases (the lease here is the
 // node's -heartbeat: the time after which followers may elect another
 // leader), with writes arranged to be in flight at the pause; SIGKILL and
 // restart of any node on the same data dir; partitions through each node's
@@ -56,7 +59,14 @@
 // switched off (Config.Unfenced) and one whose fence admits an epoch and
 // lets go before the write runs (Config.ReleaseEarly, what a fence that
 // drops its hold when its caller's context ends does). Both must be
-// reported as violations.
+// reported as violations. The disconnect fault alone does not reliably
+// catch the old SQL fence that let go when its caller's context ended:
+// its writes are over within milliseconds, before a successor's writes
+// arrive (holding them for leases made it visible, in about three runs
+// of four, but made some histories too hard for porcupine to decide in
+// minutes). The storage packages' tests catch it (fencetest's
+// CancelHoldsFence, httpfence's TestProxyOverSQLClientGone and
+// TestMiddlewareOverSQLClientGone).
 //
 // On a violation the run writes porcupine's HTML visualization, the history
 // as JSON and the seed under the failures directory and prints their paths.
