@@ -29,7 +29,10 @@
 //     matching storageguard.ErrFenceLost, never the write's nil.
 //   - Several processes may share the database: its locks make the check
 //     and the write one step for all of them. Same-epoch transactions run
-//     concurrently on PostgreSQL; SQLite has one writer per database.
+//     concurrently on PostgreSQL; SQLite has one writer per database, and
+//     the transactions of one Fence queue for it first come first served
+//     (SQLite's busy handler alone let a writer wait over 5 s behind 700
+//     newer ones; TestSQLiteTxFirstComeFirstServed).
 //   - Serialization failures, deadlocks and a busy SQLite database are
 //     retried a bounded number of times with backoff.
 //
@@ -43,6 +46,9 @@
 //     to the same database, use Tx: its writes roll back with the fence.
 //   - Tx's function may run more than once (retries): it must have no
 //     effects outside the transaction.
+//   - On SQLite, a Tx's function or a Do's write that calls Tx, Do or
+//     Admit on the same Fence waits for itself until its context ends.
+//     Writers in other processes still meet at SQLite's busy handler.
 //   - Writes that do not go through the fence (I7), such as another
 //     program's SQL on the same table, and reads.
 //   - Terms above 2^63-1 do not fit the BIGINT column and are refused.
