@@ -29,8 +29,8 @@ func (s slowClient) String() string { return [...]string{"trickled body", "non-r
 
 // slowRun is the outcome of one slow-client scenario.
 type slowRun struct {
-	// sinceOld is the time from the older request's arrival at the fence
-	// (its admission follows at once) to the newer epoch's response.
+	// sinceOld is the time from the older request's hold at the fence (the
+	// fence runs its write) to the newer epoch's response.
 	sinceOld time.Duration
 	// cutBeforeNewer: the proxy had counted the older request as cut off
 	// when the newer one reached the backend.
@@ -45,7 +45,7 @@ func runSlowClient(t testing.TB, s slowClient, std bool, timeout time.Duration) 
 	stats := new(httpfence.ProxyStats)
 	oldIn := make(chan time.Time, 1)
 	var cutSeen atomic.Bool
-	var atFence sync.Once
+	var held sync.Once
 	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Header.Get("X-Req") {
 		case "old":
@@ -71,9 +71,12 @@ func runSlowClient(t testing.TB, s slowClient, std bool, timeout time.Duration) 
 	}
 	cfg.Timeout, cfg.Stats = timeout, stats
 	e := newPxEnvOver(t, nil, backend, cfg)
-	e.spy.OnDecide = func(ep epoch.Epoch) {
+	// The older epoch admitted and held (its admission alone is not
+	// enough: a newer raise may get in between the older one's raise and
+	// its hold, and the older request is then refused as stale, not held).
+	e.spy.OnHold = func(ep epoch.Epoch) {
 		if ep.Term == 33 {
-			atFence.Do(func() { oldIn <- time.Now() })
+			held.Do(func() { oldIn <- time.Now() })
 		}
 	}
 	conn, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
@@ -119,7 +122,7 @@ func runSlowClient(t testing.TB, s slowClient, std bool, timeout time.Duration) 
 	select {
 	case admitted = <-oldIn:
 	case <-time.After(waitLimit):
-		t.Fatal("the older request never reached the fence")
+		t.Fatal("the older request was never held at the fence")
 	}
 	r := e.send("POST", "/", e.token(t, 34, "node-b"), "X-Req", "new")
 	return slowRun{sinceOld: time.Since(admitted), cutBeforeNewer: cutSeen.Load(), newStatus: r.status}
