@@ -191,3 +191,11 @@ func (n *nemesis) killSession(ctx context.Context) error {
 	n.logf("fault %d: pg_terminate_backend: %d store sessions ended, %d of them in a transaction: %v", n.faults+1, killed, inTx, errString(err))
 	return nil
 }
+
+// errString is err's text, or "ok".
+func errString(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
