@@ -1,6 +1,7 @@
 package pgtrigger_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/hmac"
@@ -9,6 +10,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/exec"
@@ -80,8 +83,12 @@ func newDB(t testing.TB) *db {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &db{dsn: dsn, schema: u.Query().Get("search_path"), private: "tfp_" + randHex(6)}
-	d.pool = openPool(t, dsn)
+	d := &db{schema: u.Query().Get("search_path"), private: "tfp_" + randHex(6)}
+	q := u.Query()
+	q.Set("application_name", d.private) // tells this test's sessions apart
+	u.RawQuery = q.Encode()
+	d.dsn = u.String()
+	d.pool = openPool(t, d.dsn)
 	// pgcrypto in public, once: Install would otherwise create it in the
 	// test's schema, which is dropped when the test ends.
 	cryptoOnce.Do(func() {
@@ -187,7 +194,6 @@ func (d *db) conninfo(t testing.TB, role string) string {
 	q := u.Query()
 	q.Del("search_path")
 	q.Set("options", "-csearch_path="+d.schema)
-	q.Set("application_name", "termfence-psql-test")
 	u.RawQuery = q.Encode()
 	if role != "" {
 		u.User = url.User(role)
@@ -269,4 +275,114 @@ func (d *db) refusedWith(t testing.TB, code, role, script string, vars ...string
 		t.Fatalf("psql exited %d with SQLSTATEs %v, want exit 3 and [%s]:\n%s\nstderr:\n%s", r.code, s, code, script, r.stderr)
 	}
 	return r.stderr
+}
+
+// session is a long-lived psql process fed through its standard input, as
+// an interactive operator or a batch job holding a connection would be.
+// psql goes on after errors (ON_ERROR_STOP off); Run reports the SQLSTATE
+// of the last error in what it sent.
+type session struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	stderr *lockedBuffer
+	n      int
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// session starts psql as role; it ends when the test does.
+func (d *db) session(t testing.TB, role string) *session {
+	t.Helper()
+	cmd := exec.Command(psqlBin(t), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=0", "-v", "VERBOSITY=verbose", "-d", d.conninfo(t, role))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 64), stderr: &lockedBuffer{}}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(s.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			s.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		stdin.Close()
+		timer := time.AfterFunc(10*time.Second, func() { cmd.Process.Kill() })
+		for range s.lines {
+		}
+		<-done
+		cmd.Wait()
+		timer.Stop()
+	})
+	return s
+}
+
+// Send writes script to psql without waiting for it.
+func (s *session) Send(script string) {
+	s.t.Helper()
+	if _, err := io.WriteString(s.stdin, script+"\n"); err != nil {
+		s.t.Fatalf("psql stdin: %v", err)
+	}
+}
+
+// Run sends script and waits (up to a minute) until psql has run it; it
+// returns the SQLSTATE of the last error script raised, or "00000", and the
+// output lines.
+func (s *session) Run(script string) (string, []string) {
+	s.t.Helper()
+	s.Send("\\set LAST_ERROR_SQLSTATE 00000\n" + script)
+	return s.Wait()
+}
+
+// Wait waits for what was last sent with Send (or Run) to finish.
+func (s *session) Wait() (string, []string) {
+	s.t.Helper()
+	s.n++
+	mark := fmt.Sprintf("__termfence_done_%d__", s.n)
+	s.Send("\\echo " + mark + " :LAST_ERROR_SQLSTATE")
+	var out []string
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for {
+		select {
+		case line, ok := <-s.lines:
+			if !ok {
+				s.t.Fatalf("psql ended; stderr:\n%s", s.stderr.String())
+			}
+			if rest, found := strings.CutPrefix(line, mark+" "); found {
+				return rest, out
+			}
+			out = append(out, line)
+		case <-deadline.C:
+			s.t.Fatalf("psql did not finish within a minute; stderr:\n%s", s.stderr.String())
+		}
+	}
 }
