@@ -267,14 +267,14 @@ func (d *db) mustPsql(t testing.TB, role, script string, vars ...string) string 
 }
 
 // refusedWith runs script and fails the test unless psql stopped at an
-// error with SQLSTATE code; it returns psql's stderr.
-func (d *db) refusedWith(t testing.TB, code, role, script string, vars ...string) string {
+// error with SQLSTATE code; it returns what psql printed.
+func (d *db) refusedWith(t testing.TB, code, role, script string, vars ...string) psqlResult {
 	t.Helper()
 	r := d.psql(t, role, script, vars...)
 	if s := r.states(); r.code != 3 || len(s) != 1 || s[0] != code {
 		t.Fatalf("psql exited %d with SQLSTATEs %v, want exit 3 and [%s]:\n%s\nstderr:\n%s", r.code, s, code, script, r.stderr)
 	}
-	return r.stderr
+	return r
 }
 
 // session is a long-lived psql process fed through its standard input, as

@@ -48,7 +48,7 @@ func TestPsqlNoToken(t *testing.T) {
 		"BEGIN; SET LOCAL termfence.token = ''; DELETE FROM ledger; COMMIT;",
 		"BEGIN; SET LOCAL termfence.token = :'tok'; COMMIT; DELETE FROM ledger;",
 	} {
-		msg := d.refusedWith(t, pgtrigger.CodeNoToken, "", stmt, "tok="+sign(t, key, ep(34, "node-b")))
+		msg := d.refusedWith(t, pgtrigger.CodeNoToken, "", stmt, "tok="+sign(t, key, ep(34, "node-b"))).stderr
 		if !strings.Contains(msg, "termfence: no token") || !strings.Contains(msg, "SET LOCAL termfence.token") {
 			t.Errorf("%s: message does not say what is missing and how to present it:\n%s", stmt, msg)
 		}
@@ -107,7 +107,7 @@ func TestPsqlTokens(t *testing.T) {
 				}
 				return
 			}
-			msg := d.refusedWith(t, c.code, "", script, vars...)
+			msg := d.refusedWith(t, c.code, "", script, vars...).stderr
 			for _, s := range c.says {
 				if !strings.Contains(msg, s) {
 					t.Errorf("message lacks %q:\n%s", s, msg)
