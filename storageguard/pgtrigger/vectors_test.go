@@ -1,0 +1,179 @@
+package pgtrigger_test
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/termfence/termfence/storageguard/pgtrigger"
+)
+
+// The token vectors of docs/TOKEN.md, answered by the verifier inside the
+// database: the guard must accept and refuse exactly what package epoch's
+// HMAC verifier does.
+
+type vectorResult struct {
+	Epoch *struct{ Cluster, Term, Leader string } `json:"epoch"`
+	Error string                                  `json:"error"`
+}
+
+type tokenVector struct {
+	Name  string       `json:"name"`
+	Hex   string       `json:"hex"`
+	Plain vectorResult `json:"plain"`
+	HS256 vectorResult `json:"hs256"`
+}
+
+type vectorFile struct {
+	Keys   struct{ HS256 string } `json:"keys"`
+	Tokens []tokenVector          `json:"tokens"`
+}
+
+// codeFor is the SQLSTATE the guard raises for a verifier's answer ("" for
+// an epoch).
+func codeFor(r vectorResult) string {
+	switch r.Error {
+	case "":
+		return ""
+	case "malformed":
+		return pgtrigger.CodeMalformed
+	case "unsigned":
+		return pgtrigger.CodeUnsigned
+	case "bad_signature":
+		return pgtrigger.CodeBadSignature
+	}
+	return "unknown error kind " + r.Error
+}
+
+type verified struct {
+	code, cluster, leader string
+	term                  int64
+}
+
+// verifyAll runs the guard's verify over tokens in one query.
+func verifyAll(t *testing.T, d *db, tokens []string, allowPlain bool) []verified {
+	t.Helper()
+	rows, err := d.pool.Query(context.Background(), `
+SELECT coalesce(v.code, ''), coalesce(v.cluster, ''), coalesce(v.term, 0), coalesce(v.leader, '')
+FROM unnest($1::text[]) WITH ORDINALITY AS t(tok, i), LATERAL `+d.private+`.verify(t.tok, 'payments', $2) v
+ORDER BY t.i`, tokens, allowPlain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (verified, error) {
+		var v verified
+		return v, row.Scan(&v.code, &v.cluster, &v.term, &v.leader)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(tokens) {
+		t.Fatalf("%d answers for %d tokens", len(got), len(tokens))
+	}
+	return got
+}
+
+// TestTokenVectorsInDatabase: every token vector that PostgreSQL can hold
+// as text (valid UTF-8 without NUL) is answered by the guard's verifier as
+// the vectors' hs256 column says (the empty token is CodeNoToken); with
+// AllowPlain, unsigned tokens as the plain column says. Every one-byte
+// change of a valid hs256 vector to another printable ASCII byte (or 0x01,
+// newline, DEL) is refused, with and without AllowPlain.
+func TestTokenVectorsInDatabase(t *testing.T) {
+	d := newDB(t)
+	b, err := os.ReadFile("../../docs/token-vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f vectorFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	k, err := hex.DecodeString(f.Keys.HS256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.exec(t, "CREATE TABLE ledger (id int)")
+	cfg := d.config("ledger")
+	cfg.HMACKey = k
+	d.install(t, cfg)
+
+	var toks []string
+	var vecs []tokenVector
+	skipped := 0
+	for _, v := range f.Tokens {
+		raw, err := hex.DecodeString(v.Hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !utf8.Valid(raw) || strings.IndexByte(string(raw), 0) >= 0 {
+			skipped++ // a session cannot present it: SET fails before the guard runs
+			continue
+		}
+		toks = append(toks, string(raw))
+		vecs = append(vecs, v)
+	}
+	for _, allowPlain := range []bool{false, true} {
+		got := verifyAll(t, d, toks, allowPlain)
+		for i, v := range vecs {
+			want := v.HS256
+			if allowPlain && !strings.HasPrefix(toks[i], "tf1:") && !strings.Contains(toks[i], ":") {
+				want = v.Plain
+			}
+			code := codeFor(want)
+			if toks[i] == "" {
+				code = pgtrigger.CodeNoToken
+			}
+			if e := v.Plain.Epoch; e != nil && (want.Epoch != nil || want.Error == "unsigned") {
+				if term, err := strconv.ParseUint(e.Term, 10, 64); err != nil || term > maxTerm {
+					// A text form above the guard's term bound is
+					// malformed there.
+					code, want = pgtrigger.CodeMalformed, vectorResult{Error: "malformed"}
+				}
+			}
+			g := got[i]
+			if g.code != code {
+				t.Errorf("allowPlain=%v %q: SQLSTATE %q, want %q", allowPlain, v.Name, g.code, code)
+				continue
+			}
+			if want.Epoch != nil && (g.cluster != want.Epoch.Cluster || strconv.FormatInt(g.term, 10) != want.Epoch.Term || g.leader != want.Epoch.Leader) {
+				t.Errorf("allowPlain=%v %q: epoch %s/%d/%s, want %+v", allowPlain, v.Name, g.cluster, g.term, g.leader, *want.Epoch)
+			}
+		}
+	}
+
+	var changed []string
+	for i, v := range vecs {
+		if v.HS256.Epoch == nil {
+			continue
+		}
+		tok := []byte(toks[i])
+		for p := range tok {
+			for c := byte(1); c < 0x80; c++ {
+				if c != tok[p] && (c >= ' ' || c == 1 || c == '\n') {
+					m := append([]byte(nil), tok...)
+					m[p] = c
+					changed = append(changed, string(m))
+				}
+			}
+		}
+	}
+	if len(changed) == 0 {
+		t.Fatal("no valid hs256 vector to change")
+	}
+	for _, allowPlain := range []bool{false, true} {
+		for i, g := range verifyAll(t, d, changed, allowPlain) {
+			if g.code == "" {
+				t.Errorf("allowPlain=%v: %q, one byte changed, verifies as %s/%d/%s", allowPlain, changed[i], g.cluster, g.term, g.leader)
+			}
+		}
+	}
+	t.Logf("%d vectors answered (%d skipped: not PostgreSQL text), %d one-byte changes refused", len(vecs), skipped, len(changed))
+}
