@@ -527,6 +527,34 @@ func bitFlips(c byte) []byte {
 	return v
 }
 
+// TestTokenDocExamples: docs/TOKEN.md's examples and limits are the
+// vectors' and this package's.
+func TestTokenDocExamples(t *testing.T) {
+	doc, err := os.ReadFile("../docs/TOKEN.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := readVectors(t)
+	want := []string{
+		"**" + strconv.Itoa(epoch.MaxTokenLen) + " bytes**",
+		"**max-term** is " + f.MaxTerm,
+		"1 to " + strconv.Itoa(epoch.MaxNameLen) + " bytes",
+		hs256(vectorHMACKey, "payments/34/node-b"),
+	}
+	var b epoch.Epoch
+	b.UnmarshalText([]byte("payments/34/node-b"))
+	bin, _ := b.MarshalBinary()
+	want = append(want, "`"+hex.EncodeToString(bin)+"`")
+	if key := string(vectorHMACKey); !strings.Contains(f.Keys.HS256, hex.EncodeToString(vectorHMACKey)) {
+		t.Fatalf("the vectors' hs256 key is not %q", key)
+	}
+	for _, w := range want {
+		if !bytes.Contains(doc, []byte(w)) {
+			t.Errorf("docs/TOKEN.md does not contain %s", w)
+		}
+	}
+}
+
 // TestPythonVerifier runs docs/tokenverify.py, the verifier in Python's
 // standard library that other stores can copy, over the same vectors and
 // the same one-byte changes. It skips where python3 is missing.
