@@ -201,6 +201,7 @@ REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key FROM PUBL
 		"@crypto@", ident(crypto),
 		"@maxterm@", maxTerm,
 		"@maxtoken@", strconv.Itoa(epoch.MaxTokenLen),
+		"@maxname@", strconv.Itoa(epoch.MaxNameLen),
 	).Replace(guardSQL)
 	if _, err := tx.Exec(ctx, body); err != nil {
 		return fmt.Errorf("create the guard's functions: %w", err)

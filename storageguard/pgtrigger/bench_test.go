@@ -1,0 +1,157 @@
+package pgtrigger_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/termfence/termfence/storageguard/pgfence"
+	"github.com/termfence/termfence/storageguard/pgtrigger"
+)
+
+// benchSetup is one connection (so the figures are round-trip latency, as
+// in pgfence's benchmark), two identical one-row tables, the one guarded,
+// and the ways to run the same one-row UPDATE in a transaction.
+type benchSetup struct {
+	variants []benchVariant
+}
+
+type benchVariant struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+func newBench(b *testing.B) benchSetup {
+	b.Helper()
+	ctx := context.Background()
+	d := newDB(b)
+	cfg, err := pgxpool.ParseConfig(d.dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	d.exec(b, `CREATE TABLE bench_plain (id int PRIMARY KEY, n bigint NOT NULL);
+CREATE TABLE bench_guarded (id int PRIMARY KEY, n bigint NOT NULL);
+INSERT INTO bench_plain VALUES (1, 0);
+INSERT INTO bench_guarded VALUES (1, 0)`)
+	d.install(b, d.config("bench_guarded"))
+	f, err := pgfence.Open(ctx, pool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	e := ep(7, "node-a")
+	tok := sign(b, key, e)
+	if err := f.Admit(ctx, "ledger", e); err != nil {
+		b.Fatal(err)
+	}
+	const plain = "UPDATE bench_plain SET n = n + 1 WHERE id = 1"
+	const guardedUpdate = "UPDATE bench_guarded SET n = n + 1 WHERE id = 1"
+	inTx := func(ctx context.Context, tx pgx.Tx, stmt string) error {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			tx.Rollback(ctx)
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	return benchSetup{variants: []benchVariant{
+		// BEGIN, UPDATE, COMMIT: three round trips.
+		{"unguarded", func(ctx context.Context) error {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			return inTx(ctx, tx, plain)
+		}},
+		// The same three round trips: the token rides with BEGIN.
+		{"trigger", func(ctx context.Context) error {
+			tx, err := pgtrigger.Begin(ctx, pool, tok)
+			if err != nil {
+				return err
+			}
+			return inTx(ctx, tx, guardedUpdate)
+		}},
+		// As psql sends it line by line: BEGIN, SET LOCAL, UPDATE,
+		// COMMIT, four round trips.
+		{"trigger-set-local-alone", func(ctx context.Context) error {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "SET LOCAL termfence.token = '"+tok+"'"); err != nil {
+				tx.Rollback(ctx)
+				return err
+			}
+			return inTx(ctx, tx, guardedUpdate)
+		}},
+		// pgfence's check rides with BEGIN: three round trips.
+		{"pgfence.Tx", func(ctx context.Context) error {
+			return f.Tx(ctx, "ledger", e, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, plain)
+				return err
+			})
+		}},
+		// A Go writer through pgfence on the guarded table presents the
+		// token too: four round trips, both checks.
+		{"pgfence.Tx+trigger", func(ctx context.Context) error {
+			return f.Tx(ctx, "ledger", e, func(tx pgx.Tx) error {
+				if err := pgtrigger.Present(ctx, tx, tok); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, guardedUpdate)
+				return err
+			})
+		}},
+	}}
+}
+
+// BenchmarkTrigger: a one-row UPDATE in a transaction, unguarded, guarded
+// by the trigger, and through pgfence's Tx, each as a sub-benchmark.
+func BenchmarkTrigger(b *testing.B) {
+	s := newBench(b)
+	for _, v := range s.variants {
+		b.Run(v.name, func(b *testing.B) {
+			ctx := context.Background()
+			for b.Loop() {
+				if err := v.run(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkTriggerInterleaved runs the variants of BenchmarkTrigger in
+// turn within one loop, so that load that comes and goes on a shared
+// machine hits them alike, and reports each one's mean latency (µs/x) and
+// its ratio to the unguarded transaction (x/unguarded).
+func BenchmarkTriggerInterleaved(b *testing.B) {
+	s := newBench(b)
+	ctx := context.Background()
+	spent := make([]time.Duration, len(s.variants))
+	n := 0
+	for b.Loop() {
+		for i, v := range s.variants {
+			start := time.Now()
+			if err := v.run(ctx); err != nil {
+				b.Fatal(err)
+			}
+			spent[i] += time.Since(start)
+		}
+		n++
+	}
+	for i, v := range s.variants {
+		b.ReportMetric(float64(spent[i].Microseconds())/float64(n), "µs/"+v.name)
+		if i > 0 {
+			b.ReportMetric(float64(spent[i])/float64(spent[0]), v.name+"/unguarded")
+		}
+	}
+}
