@@ -102,9 +102,17 @@ DELETE FROM ledger;`},
 	}
 	// A stale token through the shadowing objects is still stale, a forged
 	// one still forged, and the current one still works: the guard calls
-	// its own hmac and comparison, not the role's.
+	// its own hmac and comparisons, not the role's ("<" that never finds a
+	// term older, "=" that finds every signature equal), even with the
+	// role's schema before pg_catalog on its search_path.
 	shadow := `CREATE OR REPLACE FUNCTION hmac(bytea, bytea, text) RETURNS bytea LANGUAGE sql AS $$SELECT '\x00'::bytea$$;
-SET search_path = pg_temp, ` + d.schema + `, public;
+CREATE OR REPLACE FUNCTION never(bigint, bigint) RETURNS boolean LANGUAGE sql AS $$SELECT false$$;
+CREATE OR REPLACE FUNCTION always(bytea, bytea) RETURNS boolean LANGUAGE sql AS $$SELECT true$$;
+DROP OPERATOR IF EXISTS ` + d.schema + `.< (bigint, bigint);
+CREATE OPERATOR ` + d.schema + `.< (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = never);
+DROP OPERATOR IF EXISTS ` + d.schema + `.= (bytea, bytea);
+CREATE OPERATOR ` + d.schema + `.= (LEFTARG = bytea, RIGHTARG = bytea, FUNCTION = always);
+SET search_path = ` + d.schema + `, pg_catalog, pg_temp, public;
 BEGIN; SET LOCAL termfence.token = :'tok'; DELETE FROM ledger WHERE id = 7; COMMIT;`
 	d.refusedWith(t, pgtrigger.CodeStale, r, shadow, "tok="+sign(t, key, ep(33, "node-a")))
 	d.refusedWith(t, pgtrigger.CodeBadSignature, r, shadow, "tok="+sign(t, otherKey, ep(99, "mallory")))

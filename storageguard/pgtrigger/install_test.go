@@ -51,6 +51,12 @@ func TestConfigValidate(t *testing.T) {
 	if err := pgtrigger.Uninstall(context.Background(), nil, "ledger"); err == nil {
 		t.Error("Uninstall(nil pool) succeeded")
 	}
+	if _, err := pgtrigger.Begin(context.Background(), nil, "t"); err == nil {
+		t.Error("Begin(nil pool) succeeded")
+	}
+	if err := pgtrigger.Present(context.Background(), nil, "t"); err == nil {
+		t.Error("Present(nil tx) succeeded")
+	}
 }
 
 // TestInstallUninstall: Install is idempotent, Uninstall opens the table
@@ -361,5 +367,15 @@ func TestRefusalFromGo(t *testing.T) {
 	}
 	if pgtrigger.Refusal(nil) != nil || pgtrigger.Refusal(errors.New("x")) != nil {
 		t.Fatal("Refusal of a non-refusal is not nil")
+	}
+	// Begin with a context that has ended fails and leaves no connection
+	// held (the pool is closed at cleanup; goleak checks the rest).
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := pgtrigger.Begin(cctx, d.pool, sign(t, key, ep(34, "node-b"))); err == nil {
+		t.Fatal("Begin with a cancelled context succeeded")
+	}
+	if s := d.pool.Stat(); s.AcquiredConns() != 0 {
+		t.Fatalf("%d connections still acquired after a failed Begin", s.AcquiredConns())
 	}
 }
