@@ -83,3 +83,48 @@ func TestRaiseWaitsForInFlightWriter(t *testing.T) {
 		t.Fatalf("pgfence.Tx under 35 after the guard raised to 36: %v, want ErrStale", err)
 	}
 }
+
+// TestWriterWaitingBehindRaiseIsRefused: the other order. A psql
+// transaction raises to 35 and stays open holding the fence row FOR UPDATE;
+// a psql writer and a Go writer through pgfence, both under 34 (still the
+// highest committed epoch when they read it), wait behind it. Once the
+// raise commits, both are refused: the guard looks at the row again after
+// its FOR SHARE is granted, as pgfence does.
+func TestWriterWaitingBehindRaiseIsRefused(t *testing.T) {
+	d := guarded(t)
+	ctx := context.Background()
+	raise := d.session(t, "")
+	if st, _ := raise.Run("BEGIN; SET LOCAL termfence.token = '" + sign(t, key, ep(35, "node-c")) + "'; INSERT INTO ledger VALUES (35, 'raise in flight');"); st != "00000" {
+		t.Fatalf("raise: %s", st)
+	}
+	late := d.session(t, "")
+	late.Send("\\set LAST_ERROR_SQLSTATE 00000\nBEGIN; SET LOCAL termfence.token = '" + sign(t, key, ep(34, "node-b")) + "'; UPDATE ledger SET note = 'late under 34'; COMMIT;")
+	f, err := pgfence.Open(ctx, d.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	goLate := make(chan error, 1)
+	go func() {
+		goLate <- f.Tx(ctx, "ledger", ep(34, "node-b"), func(tx pgx.Tx) error {
+			if err := pgtrigger.Present(ctx, tx, sign(t, key, ep(34, "node-b"))); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "UPDATE ledger SET note = 'late under 34, Go'")
+			return err
+		})
+	}()
+	d.waitBlocked(t, 2)
+	if st, _ := raise.Run("COMMIT;"); st != "00000" {
+		t.Fatalf("raise commit: %s", st)
+	}
+	if st, _ := late.Wait(); st != pgtrigger.CodeStale {
+		t.Fatalf("psql write under 34 queued behind the raise: SQLSTATE %s, want %s", st, pgtrigger.CodeStale)
+	}
+	if err := <-goLate; !errors.Is(err, storageguard.ErrStale) {
+		t.Fatalf("pgfence.Tx under 34 queued behind the raise: %v, want ErrStale", err)
+	}
+	if n := d.count(t, "SELECT count(*) FROM ledger WHERE note LIKE 'late%'"); n != 0 {
+		t.Fatalf("%d writes under 34 committed after the raise to 35", n)
+	}
+}
