@@ -84,6 +84,22 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// key is one HMAC key as the guard stores it: id is "" for a key without
+// an ID.
+type key struct {
+	id     string
+	secret []byte
+}
+
+// keys is the key set Install stores for the cluster, empty to keep the
+// stored one.
+func (c Config) keys() []key {
+	if c.HMACKey == nil {
+		return nil
+	}
+	return []key{{secret: c.HMACKey}}
+}
+
 func (c Config) schema() string {
 	if c.Schema == "" {
 		return DefaultSchema

@@ -10,8 +10,8 @@
 -- or elsewhere) can stand in for one of these.
 
 -- verify turns a token into an epoch, as package epoch's Verify does, under
--- the HMAC key of cluster (and, with allow_plain, accepting the unsigned text
--- form). code is NULL for an authentic, well-formed token, else one of the
+-- the HMAC keys of cluster, chosen by the token's key ID (and, with
+-- allow_plain, accepting the unsigned text form). code is NULL for an authentic, well-formed token, else one of the
 -- guard's SQLSTATEs (TF001 no token, TF002 malformed, TF003 unsigned, TF004
 -- bad signature) with why in msg. It never raises for any input.
 CREATE OR REPLACE FUNCTION @private@.verify(
@@ -27,6 +27,7 @@ DECLARE
   sig text;
   i int;
   good boolean;
+  kid text;
   digits text;
 BEGIN
   IF token IS NULL OR token = '' THEN
@@ -52,23 +53,33 @@ BEGIN
     IF sig = '' OR strpos(sig, ':') > 0 THEN
       code := 'TF002'; msg := 'token has no signature'; RETURN;
     END IF;
-    IF alg <> 'hs256' THEN
+    -- hs256 names a key without an ID, hs256.<key ID> the cluster's key of
+    -- that ID (1..32 bytes of [A-Za-z0-9_-]).
+    IF alg = 'hs256' THEN
+      kid := '';
+    ELSIF left(alg, 6) = 'hs256.' AND octet_length(alg) <= 6 + 32
+          AND substr(alg, 7) COLLATE "C" OPERATOR(pg_catalog.~) '^[A-Za-z0-9_-]+$' THEN
+      kid := substr(alg, 7);
+    ELSE
       code := 'TF004';
-      msg := format('token is signed with %s; the database verifies hs256 (HMAC-SHA256) only', quote_literal(alg));
+      msg := format('token is signed with %s; the database verifies hs256 (HMAC-SHA256) only', quote_literal(left(alg, 40)));
       RETURN;
     END IF;
     -- The signature must be the unpadded base64url of HMAC-SHA256 over
-    -- "tf1:hs256:" || body, spelled exactly so (one spelling per MAC).
-    -- Both sides are hashed before they are compared, so the time the
+    -- "tf1:" || alg || ":" || body, spelled exactly so (one spelling per
+    -- MAC). Both sides are hashed before they are compared, so the time the
     -- comparison takes tells nothing about the expected signature.
     SELECT pg_catalog.sha256(pg_catalog.convert_to(sig, 'UTF8')) OPERATOR(pg_catalog.=)
            pg_catalog.sha256(pg_catalog.convert_to(pg_catalog.rtrim(pg_catalog.translate(pg_catalog.encode(
-             @crypto@.hmac(pg_catalog.convert_to('tf1:hs256:' || body, 'UTF8'), k.key, 'sha256'::text),
+             @crypto@.hmac(pg_catalog.convert_to('tf1:' || alg || ':' || body, 'UTF8'), k.key, 'sha256'::text),
              'base64'), '+/', '-_'), '='), 'UTF8'))
       INTO good
-      FROM @private@.hmac_key k WHERE k.cluster = want_cluster;
+      FROM @private@.hmac_key k WHERE k.cluster = want_cluster AND k.key_id = kid;
     IF good IS NULL THEN
-      code := 'TF004'; msg := format('no HMAC key for cluster %s', quote_literal(want_cluster)); RETURN;
+      code := 'TF004';
+      msg := CASE WHEN kid = '' THEN format('no HMAC key without an ID for cluster %s', quote_literal(want_cluster))
+                  ELSE format('no HMAC key with ID %s for cluster %s', quote_literal(kid), quote_literal(want_cluster)) END;
+      RETURN;
     END IF;
     IF NOT good THEN
       code := 'TF004'; msg := 'bad signature'; RETURN;

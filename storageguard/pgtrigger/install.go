@@ -161,8 +161,10 @@ CREATE TABLE IF NOT EXISTS `+ident(private)+`.settings (
   only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
   fence_schema text NOT NULL);
 CREATE TABLE IF NOT EXISTS `+ident(private)+`.hmac_key (
-  cluster text PRIMARY KEY,
-  key bytea NOT NULL CHECK (octet_length(key) >= `+strconv.Itoa(epoch.MinHMACKeyLen)+`));
+  cluster text NOT NULL,
+  key_id text NOT NULL,
+  key bytea NOT NULL CHECK (octet_length(key) >= `+strconv.Itoa(epoch.MinHMACKeyLen)+`),
+  PRIMARY KEY (cluster, key_id));
 REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key FROM PUBLIC`); err != nil {
 		return err
 	}
@@ -176,10 +178,16 @@ REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key FROM PUBL
 		return fmt.Errorf("pgtrigger: %w: the private schema %s serves the fence table in schema %s, not %s: use another Config.Schema", storageguard.ErrBadConfig, ident(private), ident(served), ident(*fenceSchema))
 	}
 
-	if cfg.HMACKey != nil {
-		_, err := tx.Exec(ctx, "INSERT INTO "+ident(private)+".hmac_key (cluster, key) VALUES ($1, $2) ON CONFLICT (cluster) DO UPDATE SET key = EXCLUDED.key", cfg.Cluster, cfg.HMACKey)
-		if err != nil {
+	if keys := cfg.keys(); len(keys) > 0 {
+		// The cluster's key set becomes exactly these keys.
+		if _, err := tx.Exec(ctx, "DELETE FROM "+ident(private)+".hmac_key WHERE cluster = $1", cfg.Cluster); err != nil {
 			return err
+		}
+		for _, k := range keys {
+			_, err := tx.Exec(ctx, "INSERT INTO "+ident(private)+".hmac_key (cluster, key_id, key) VALUES ($1, $2, $3)", cfg.Cluster, k.id, k.secret)
+			if err != nil {
+				return err
+			}
 		}
 	} else if !cfg.AllowPlain {
 		var has bool
