@@ -177,3 +177,69 @@ func TestTokenVectorsInDatabase(t *testing.T) {
 	}
 	t.Logf("%d vectors answered (%d skipped: not PostgreSQL text), %d one-byte changes refused", len(vecs), skipped, len(changed))
 }
+
+// TestTokenVectorsThroughTrigger: the same one-byte changes, now presented
+// to the trigger itself on a write, with the fence at the vector's epoch so
+// that its fast path (an authentic token of the highest epoch) is where a
+// changed token would slip through: none is admitted, the vector itself is.
+func TestTokenVectorsThroughTrigger(t *testing.T) {
+	d := newDB(t)
+	b, err := os.ReadFile("../../docs/token-vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f vectorFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	k, _ := hex.DecodeString(f.Keys.HS256)
+	var tok string
+	for _, v := range f.Tokens {
+		if v.Name == "hs256" {
+			raw, _ := hex.DecodeString(v.Hex)
+			tok = string(raw)
+		}
+	}
+	if tok == "" {
+		t.Fatal(`no vector "hs256"`)
+	}
+	d.exec(t, "CREATE TABLE ledger (id int)")
+	cfg := d.config("ledger")
+	cfg.HMACKey = k
+	d.install(t, cfg)
+	// try presents each token on its own write, in a subtransaction, and
+	// counts the writes admitted.
+	d.exec(t, `CREATE FUNCTION try_tokens(toks text[]) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE n int := 0; tok text;
+BEGIN
+  FOREACH tok IN ARRAY toks LOOP
+    BEGIN
+      PERFORM set_config('termfence.token', tok, true);
+      INSERT INTO ledger VALUES (1);
+      n := n + 1;
+    EXCEPTION WHEN sqlstate 'TF001' OR sqlstate 'TF002' OR sqlstate 'TF003' OR sqlstate 'TF004'
+              OR sqlstate 'TF005' OR sqlstate 'TF006' OR sqlstate 'TF007' THEN
+    END;
+  END LOOP;
+  RETURN n;
+END$$`)
+	if n := d.count(t, "SELECT try_tokens($1)", []string{tok}); n != 1 {
+		t.Fatalf("the vector itself: %d writes admitted, want 1", n)
+	}
+	var changed []string
+	for p := range len(tok) {
+		for c := byte(1); c < 0x80; c++ {
+			if c != tok[p] {
+				m := []byte(tok)
+				m[p] = c
+				changed = append(changed, string(m))
+			}
+		}
+	}
+	if n := d.count(t, "SELECT try_tokens($1)", changed); n != 0 {
+		t.Fatalf("%d of %d one-byte changes of the vector admitted", n, len(changed))
+	}
+	if n := d.count(t, "SELECT try_tokens($1)", []string{tok}); n != 1 {
+		t.Fatal("the vector is no longer admitted after the changes")
+	}
+}
