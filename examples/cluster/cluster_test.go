@@ -275,6 +275,19 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 	if code := c.store.wait(10 * time.Second); code != 0 {
 		t.Errorf("store exited with %d after SIGTERM, want 0", code)
 	}
+
+	// Every log line README.md quotes (msg="...") is one these processes
+	// really wrote during this run.
+	var logs strings.Builder
+	for _, p := range c.nodes {
+		logs.WriteString(p.log.String())
+	}
+	logs.WriteString(c.store.log.String())
+	for _, msg := range readmeLogMessages(t) {
+		if !strings.Contains(logs.String(), msg) {
+			t.Errorf("README.md quotes the log line %s, which no process wrote in this run", msg)
+		}
+	}
 }
 
 // TestPausedLeaderUnfencedControl is the control experiment: the same pause

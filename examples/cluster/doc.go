@@ -5,13 +5,21 @@
 //
 // Usage:
 //
-//	cluster [-unfenced]      the demo: the seed's paused-leader scenario on a
-//	                         real three-node cluster in one process
-//	cluster node  [flags]    one Raft node per process
-//	cluster store [flags]    the fenced store
+//	cluster [-scenario NAME] [flags]  one case of the seed essay on a real
+//	                                  three-node cluster (default: paused)
+//	cluster -scenario list            the cases: paused, short-pause,
+//	                                  audit-log, restart, two-resources,
+//	                                  half-done, stale-read, efficiency,
+//	                                  gc-pause
+//	cluster node  [flags]             one Raft node per process, with its
+//	                                  HTTP API and a live status page at /
+//	cluster store [flags]             the fenced store
+//	cluster help                      the usage
 //
-// README.md has copy-paste commands; the shared contract (cluster-cli.md in
-// the project notes) fixes every flag and endpoint.
+// README.md documents every command, flag, scenario and endpoint, with
+// copy-paste commands. Each scenario ends with one line
+// "summary: scenario=NAME ... ok=true|false" counted from the run; -svg
+// draws the run's timeline.
 //
 // # Guarantees
 //
@@ -27,6 +35,10 @@
 //     crashes.
 //   - With -tls-cert/-tls-key/-tls-ca, Raft and the node's HTTP API accept
 //     only peers and clients with a certificate from the cluster's CA.
+//   - The node's state-changing endpoints take only application/json from no
+//     Origin or their own, so a web page cannot drive them; /join refuses
+//     malformed addresses and IDs or addresses of other members, /remove the
+//     last voter. No endpoint hands out a signed token.
 //
 // # Non-guarantees
 //
@@ -40,6 +52,9 @@
 //   - Terms restart at 1 in a new cluster: a store that remembers a wiped
 //     cluster's terms refuses the new one's leaders. Use a new store file or
 //     -cluster name with new node data directories.
-//   - The demo's pause is injected (the writer waits on a channel, the Raft
-//     node is cut off by transport.Faulty); everything else is real.
+//   - In the in-process scenarios the pause is injected (the work waits on
+//     a channel, the Raft node is cut off by transport.Faulty); gc-pause
+//     stops a whole node process with SIGSTOP. Everything else is real.
+//   - The node's HTTP API authenticates no one without mutual TLS: any local
+//     program can call it on loopback.
 package main

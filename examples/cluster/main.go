@@ -17,7 +17,7 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmd, rest := "", args
-	if len(args) > 0 && (args[0] == "node" || args[0] == "store" || args[0] == "demo") {
+	if len(args) > 0 && (args[0] == "node" || args[0] == "store" || args[0] == "help") {
 		cmd, rest = args[0], args[1:]
 	}
 	var err error
@@ -26,6 +26,8 @@ func run(args []string) int {
 		err = nodeMain(ctx, rest, os.Stderr)
 	case "store":
 		err = storeMain(ctx, rest, os.Stderr)
+	case "help":
+		helpMain(os.Stdout)
 	default:
 		err = demoMain(ctx, rest, os.Stdout, os.Stderr)
 	}

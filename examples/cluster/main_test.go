@@ -215,13 +215,16 @@ func getJSON(hc *http.Client, url string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// post POSTs body to url with optional headers and returns the status and
-// body.
+// post POSTs body to url as application/json, with optional headers
+// (name, value, ...) that may override it, and returns the status and body.
 func post(hc *http.Client, url, body string, header ...string) (int, string, error) {
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		return 0, "", err
 	}
+	// JSON unless the caller says otherwise, as the node's
+	// state-changing endpoints require.
+	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -119,6 +120,9 @@ func (c *nodeConfig) check() error {
 	if len(c.Bootstrap) > 0 && c.Join != "" {
 		return errors.New("-bootstrap and -join are exclusive: bootstrap a new cluster, or join a running one")
 	}
+	if len(c.Bootstrap) == 0 && c.Join == "" && !hasState(c.DataDir) {
+		return fmt.Errorf("-data %s holds no Raft state and neither -bootstrap nor -join is given: this node would wait forever for a cluster; give -bootstrap to start a new one or -join to join a running one", c.DataDir)
+	}
 	if c.Heartbeat < 10*time.Millisecond {
 		return fmt.Errorf("-heartbeat %v is below 10ms", c.Heartbeat)
 	}
@@ -138,6 +142,13 @@ func (c *nodeConfig) check() error {
 		return errors.New("-tls-cert, -tls-key and -tls-ca go together")
 	}
 	return nil
+}
+
+// hasState reports whether dir exists and is not empty: a node restarted on
+// it finds its Raft state there and needs neither -bootstrap nor -join.
+func hasState(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	return err == nil && len(entries) > 0
 }
 
 // node is one running Raft node with its HTTP API.
@@ -243,6 +254,9 @@ func (n *node) run(ctx context.Context) error {
 	if n.cfg.Join != "" {
 		n.wg.Add(1)
 		go n.joinLoop(wctx)
+	} else {
+		n.wg.Add(1)
+		go n.recordHTTPLoop(wctx)
 	}
 	raftAddr := string(n.faulty.LocalAddr())
 	if err := writeAddrFile(n.cfg.AddrFile, "raft="+raftAddr+" http="+n.httpAddr); err != nil {
@@ -250,7 +264,7 @@ func (n *node) run(ctx context.Context) error {
 		n.wg.Wait()
 		return errors.Join(err, n.shutdown())
 	}
-	n.log.Info("node running", "raft", raftAddr, "http", n.scheme+"://"+n.httpAddr, "cluster", n.cfg.Cluster,
+	n.log.Info("node running", "pid", os.Getpid(), "raft", raftAddr, "http", n.scheme+"://"+n.httpAddr, "cluster", n.cfg.Cluster,
 		"store", n.cfg.Store, "tls", n.cfg.tlsConf != nil, "heartbeat", n.cfg.Heartbeat)
 
 	var serveErr error
@@ -433,6 +447,36 @@ func (n *node) joinLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(n.cfg.Heartbeat / 2): // poll interval
+		}
+	}
+}
+
+// recordHTTPLoop makes sure the replicated address book knows this node's
+// HTTP address, so that every node's status page can show every member: a
+// leader records its own; a follower (bootstrapped with the others, so it
+// never joined) asks the leader with a POST /join naming itself — for a
+// member at its own address that changes no configuration, it only records
+// the address. It stops once the address is recorded.
+func (n *node) recordHTTPLoop(ctx context.Context) {
+	defer n.wg.Done()
+	body := joinRequest{ID: n.cfg.ID, Addr: string(n.faulty.LocalAddr()), HTTP: n.httpAddr}
+	t := time.NewTicker(n.cfg.Heartbeat)
+	defer t.Stop()
+	for n.book.lookup(n.cfg.ID) != n.httpAddr {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		id, h := n.leaderInfo()
+		if id == "" || id == n.cfg.ID || h == "" {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, n.cfg.Heartbeat)
+		_, err := n.tryJoin(rctx, h, body)
+		cancel()
+		if err != nil {
+			n.log.Debug("recording this node's HTTP address with the leader", "error", err)
 		}
 	}
 }

@@ -52,6 +52,7 @@ func TestNodeBadRequests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)

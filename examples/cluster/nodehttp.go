@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -17,18 +18,21 @@ import (
 	"github.com/termfence/termfence/epoch"
 )
 
-// routes is the node's HTTP API (see cluster-cli.md in the project notes).
+// routes is the node's HTTP API (documented in README.md, "HTTP API").
 func (n *node) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/status", n.handleStatus)
-	mux.HandleFunc("/write", n.handleWrite)
-	mux.HandleFunc("/resign", n.handleResign)
-	mux.HandleFunc("/join", n.handleJoin)
-	mux.HandleFunc("/transfer", n.handleTransfer)
-	mux.HandleFunc("/remove", n.handleRemove)
+	mux.HandleFunc("/cluster", n.handleCluster)
+	mux.Handle("/", uiHandler())
+	// Every state-changing endpoint goes through mutating (adminguard.go).
+	mux.HandleFunc("/write", mutating(n.handleWrite))
+	mux.HandleFunc("/resign", mutating(n.handleResign))
+	mux.HandleFunc("/join", mutating(n.handleJoin))
+	mux.HandleFunc("/transfer", mutating(n.handleTransfer))
+	mux.HandleFunc("/remove", mutating(n.handleRemove))
 	mux.Handle("/metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
 	if n.cfg.FaultEndpoint {
-		mux.HandleFunc("/fault", n.handleFault)
+		mux.HandleFunc("/fault", mutating(n.handleFault))
 	}
 	return mux
 }
@@ -45,17 +49,23 @@ type nodeStatus struct {
 	Raft       string   `json:"raft"`
 	HTTP       string   `json:"http"`
 	Voters     []string `json:"voters"` // this node's latest Raft configuration
+	PID        int      `json:"pid"`    // this node's process, for kill -STOP in the README
 }
 
 func (n *node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if !allow(w, r, http.MethodGet) {
 		return
 	}
+	writeJSON(w, http.StatusOK, n.status())
+}
+
+// status is this node's GET /status.
+func (n *node) status() nodeStatus {
 	st := n.el.Status()
 	out := nodeStatus{
 		ID: st.ID, State: st.State.String(), Term: st.Term,
 		Leader: st.LeaderID, LeaderAddr: st.LeaderAddr, LeaderHTTP: n.book.lookup(st.LeaderID),
-		Raft: string(n.faulty.LocalAddr()), HTTP: n.httpAddr,
+		Raft: string(n.faulty.LocalAddr()), HTTP: n.httpAddr, PID: os.Getpid(),
 	}
 	if f := n.el.Raft().GetConfiguration(); f.Error() == nil {
 		for _, srv := range f.Configuration().Servers {
@@ -69,7 +79,7 @@ func (n *node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if ep, err := n.el.Epoch(); err == nil {
 		out.Epoch = ep.String()
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out
 }
 
 // notLeaderBody is the 503 answer of a node that does not hold an epoch:
@@ -97,11 +107,8 @@ func (n *node) notLeader(w http.ResponseWriter) {
 
 // handleWrite forwards a write to the store stamped with this node's token —
 // the token of the epoch it held when the request arrived — and relays the
-// store's answer.
+// store's answer (never the token).
 func (n *node) handleWrite(w http.ResponseWriter, r *http.Request) {
-	if !allow(w, r, http.MethodPost) {
-		return
-	}
 	// The epoch is taken before the body is read, as the contract says: a
 	// node paused while it reads (or sends) stays on the epoch it held when
 	// the request arrived, exactly like a paused leader in the seed.
@@ -143,8 +150,11 @@ func (n *node) handleWrite(w http.ResponseWriter, r *http.Request) {
 	default:
 		n.metrics.writeErrors.Inc()
 	}
+	// The token stays here: the answer is the store's, without it. A node
+	// that handed its signed token to whoever asks would let any client of
+	// its API write to the store as this leader, around this node, for as
+	// long as the epoch is the newest.
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set(epoch.Header, tok)
 	w.WriteHeader(a.Status)
 	_, _ = w.Write(a.Body)
 }
@@ -152,9 +162,6 @@ func (n *node) handleWrite(w http.ResponseWriter, r *http.Request) {
 // handleResign hands leadership to another voter. On a follower it does
 // nothing.
 func (n *node) handleResign(w http.ResponseWriter, r *http.Request) {
-	if !allow(w, r, http.MethodPost) {
-		return
-	}
 	_, errEp := n.el.Epoch()
 	wasLeader := errEp == nil || n.el.Status().State == raft.Leader
 	ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
@@ -177,11 +184,15 @@ type joinRequest struct {
 }
 
 // handleJoin adds a voter. Only the leader can; a follower answers 503 with
-// the leader's address.
+// the leader's ID and HTTP address, and the joining node retries there (it
+// does not forward the request itself). Every input is checked before the
+// cluster is touched: the ID's form, the addresses' host:port form, and that
+// neither the ID nor the Raft address already belongs to another member —
+// a second voter under a known address, or a known ID moved to a new
+// address, would cost the quorum. The same ID at the same address is a
+// member rejoining (a restarted node, or one recording its HTTP address):
+// answered 200 without a configuration change.
 func (n *node) handleJoin(w http.ResponseWriter, r *http.Request) {
-	if !allow(w, r, http.MethodPost) {
-		return
-	}
 	var req joinRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "node: join: "+err.Error())
@@ -195,21 +206,65 @@ func (n *node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "node: join: addr (the joining node's Raft address) is required")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
-	defer cancel()
-	if err := n.el.AddVoter(ctx, req.ID, req.Addr); err != nil {
-		if errors.Is(err, election.ErrNotLeader) {
-			n.notLeader(w)
-			return
-		}
-		writeError(w, statusOf(err), "node: join: "+err.Error())
+	if err := checkHostPort("addr", req.Addr); err != nil {
+		writeError(w, http.StatusBadRequest, "node: join: "+err.Error())
 		return
 	}
 	if req.HTTP != "" {
+		if err := checkHostPort("http", req.HTTP); err != nil {
+			writeError(w, http.StatusBadRequest, "node: join: "+err.Error())
+			return
+		}
+	}
+	if _, err := n.el.Epoch(); err != nil {
+		n.notLeader(w)
+		return
+	}
+	servers, err := n.members()
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "node: join: "+err.Error())
+		return
+	}
+	member := false
+	for _, srv := range servers {
+		id, addr := string(srv.ID), string(srv.Address)
+		switch {
+		case id == req.ID && addr == req.Addr:
+			member = true
+		case id == req.ID:
+			writeError(w, http.StatusConflict, fmt.Sprintf("node: join: id %q is already a member at %s; remove it first, or join under a new id", req.ID, addr))
+			return
+		case addr == req.Addr:
+			writeError(w, http.StatusConflict, fmt.Sprintf("node: join: address %s already belongs to member %q", req.Addr, id))
+			return
+		}
+	}
+	if !member {
+		ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+		defer cancel()
+		if err := n.el.AddVoter(ctx, req.ID, req.Addr); err != nil {
+			if errors.Is(err, election.ErrNotLeader) {
+				n.notLeader(w)
+				return
+			}
+			writeError(w, statusOf(err), "node: join: "+err.Error())
+			return
+		}
+		n.log.Info("added voter", "id", req.ID, "addr", req.Addr)
+	}
+	if req.HTTP != "" && n.book.lookup(req.ID) != req.HTTP {
 		n.announce(req.ID, req.HTTP)
 	}
-	n.log.Info("added voter", "id", req.ID, "addr", req.Addr)
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": req.ID, "addr": req.Addr})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": req.ID, "addr": req.Addr, "already_member": member})
+}
+
+// members returns the latest Raft configuration's servers.
+func (n *node) members() ([]raft.Server, error) {
+	f := n.el.Raft().GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("reading the configuration: %w", err)
+	}
+	return f.Configuration().Servers, nil
 }
 
 // idRequest is the body of POST /transfer and POST /remove.
@@ -222,15 +277,41 @@ func (n *node) handleTransfer(w http.ResponseWriter, r *http.Request) {
 	n.adminByID(w, r, "transfer", n.el.TransferTo)
 }
 
-// handleRemove removes a member from the cluster.
+// handleRemove removes a member from the cluster: 404 for an ID that is
+// not a member, 409 for the last voter (a cluster without voters can never
+// elect again).
 func (n *node) handleRemove(w http.ResponseWriter, r *http.Request) {
-	n.adminByID(w, r, "remove", n.el.RemoveServer)
+	n.adminByID(w, r, "remove", func(ctx context.Context, id string) error {
+		if _, err := n.el.Epoch(); err != nil {
+			return err
+		}
+		servers, err := n.members()
+		if err != nil {
+			return err
+		}
+		found, voters := false, 0
+		for _, srv := range servers {
+			if srv.Suffrage == raft.Voter {
+				voters++
+			}
+			if string(srv.ID) == id {
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: %s is not a member", election.ErrUnknownServer, id)
+		}
+		if voters <= 1 {
+			return fmt.Errorf("%w: %s is the last voter", errLastVoter, id)
+		}
+		return n.el.RemoveServer(ctx, id)
+	})
 }
 
+// errLastVoter refuses to remove the only voter.
+var errLastVoter = errors.New("refusing to remove the last voter")
+
 func (n *node) adminByID(w http.ResponseWriter, r *http.Request, op string, fn func(context.Context, string) error) {
-	if !allow(w, r, http.MethodPost) {
-		return
-	}
 	var req idRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "node: "+op+": "+err.Error())
@@ -259,6 +340,8 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, election.ErrUnknownServer):
 		return http.StatusNotFound
+	case errors.Is(err, errLastVoter):
+		return http.StatusConflict
 	case errors.Is(err, election.ErrNotLeader), errors.Is(err, election.ErrClosed),
 		errors.Is(err, election.ErrTransfer), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable
@@ -278,9 +361,6 @@ type faultRequest struct {
 // handleFault drives the node's transport.Faulty. It exists only with
 // -fault-endpoint.
 func (n *node) handleFault(w http.ResponseWriter, r *http.Request) {
-	if !allow(w, r, http.MethodPost) {
-		return
-	}
 	var req faultRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "node: fault: "+err.Error())

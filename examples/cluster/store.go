@@ -9,7 +9,10 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
@@ -68,6 +71,19 @@ type storeConfig struct {
 	Unfenced bool
 	Verifier epoch.Verifier
 	Log      *slog.Logger
+	// OnWrite, if set, is called after every counted write (accepted or
+	// refused), outside the store's locks: the demo's timeline uses it.
+	OnWrite func(writeEvent)
+}
+
+// writeEvent is one counted write: what the store last accepted or refused.
+type writeEvent struct {
+	At       time.Time `json:"at"`
+	Resource string    `json:"resource"`
+	Value    string    `json:"value,omitempty"` // accepted writes only
+	Epoch    string    `json:"epoch"`           // the epoch presented ("" if none could be read)
+	Status   int       `json:"status"`
+	Reason   string    `json:"reason,omitempty"` // refused writes only
 }
 
 // recordStore is the store's state and HTTP API.
@@ -83,6 +99,7 @@ type recordStore struct {
 	refused    uint64
 	refusedBy  map[string]uint64 // presented epoch (or "unauthenticated") -> refusals
 	acceptedBy map[string]uint64 // epoch -> accepted writes
+	last       [2]*writeEvent    // the last accepted and the last refused write
 }
 
 // openStore opens the backend named by cfg and builds the HTTP API.
@@ -95,6 +112,10 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
+	}
+	// Like a node's -data, a missing directory is created.
+	if err := os.MkdirAll(filepath.Dir(cfg.Data), 0o755); err != nil {
+		return nil, fmt.Errorf("store: -data %s: %w", cfg.Data, err)
 	}
 	var (
 		b   backend
@@ -176,31 +197,45 @@ func (s *recordStore) handleWrite(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := &capture{ResponseWriter: w}
 	s.write.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), writeReqKey{}, req)))
-	s.count(rec)
+	if ev, ok := s.count(req, rec); ok && s.cfg.OnWrite != nil {
+		s.cfg.OnWrite(ev)
+	}
 }
 
 // count records one write's outcome: accepted, or refused by the guard or
 // the fence (401, 403, 409). Other failures (a bad request, a storage error)
-// are neither.
-func (s *recordStore) count(rec *capture) {
+// are neither, and ok is false for them.
+func (s *recordStore) count(req writeRequest, rec *capture) (ev writeEvent, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	ev = writeEvent{At: time.Now(), Resource: req.Resource, Status: rec.status}
 	switch rec.status {
 	case http.StatusOK:
 		s.accepted++
 		var rep writeReply
 		if json.Unmarshal(rec.body.Bytes(), &rep) == nil {
-			s.acceptedBy[epoch.Epoch{Cluster: s.cfg.Cluster, Term: rep.Term, Leader: rep.Leader}.String()]++
+			ev.Epoch = epoch.Epoch{Cluster: s.cfg.Cluster, Term: rep.Term, Leader: rep.Leader}.String()
+			s.acceptedBy[ev.Epoch]++
 		}
+		ev.Value = req.Value
+		s.last[0] = &ev
 	case http.StatusConflict, http.StatusUnauthorized, http.StatusForbidden:
 		s.refused++
 		var ref httpfence.Refusal
 		key := "unauthenticated"
-		if json.Unmarshal(rec.body.Bytes(), &ref) == nil && ref.Presented != nil {
-			key = ref.Presented.String()
+		if json.Unmarshal(rec.body.Bytes(), &ref) == nil {
+			ev.Reason = ref.Error
+			if ref.Presented != nil {
+				key = ref.Presented.String()
+				ev.Epoch = key
+			}
 		}
 		s.refusedBy[key]++
+		s.last[1] = &ev
+	default:
+		return ev, false
 	}
+	return ev, true
 }
 
 // capture records a response's status and (small) body while passing them
@@ -272,7 +307,11 @@ type readReply struct {
 }
 
 // handleRead serves GET /read?resource=r. Reads are not fenced: a reader
-// may act on a value that a newer leader is about to replace.
+// may act on a value that a newer leader is about to replace. A read that
+// carries a Fencing-Token is checked first (Guard.Check: refused if the
+// token's epoch is older than the resource's highest, which it does not
+// raise); a read that passed the check can still be stale by the time the
+// reader uses it.
 func (s *recordStore) handleRead(w http.ResponseWriter, r *http.Request) {
 	if !allow(w, r, http.MethodGet) {
 		return
@@ -284,6 +323,12 @@ func (s *recordStore) handleRead(w http.ResponseWriter, r *http.Request) {
 	if err := storageguard.ValidateResource(res); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
+	}
+	if tok := r.Header.Get(epoch.Header); tok != "" && !s.cfg.Unfenced {
+		if _, err := s.guard.Check(r.Context(), res, tok); err != nil {
+			refuseWrite(w, res, err)
+			return
+		}
 	}
 	rec, ok, err := s.b.get(r.Context(), res)
 	if err != nil {
@@ -299,13 +344,15 @@ func (s *recordStore) handleRead(w http.ResponseWriter, r *http.Request) {
 
 // storeStatus is the body of GET /status.
 type storeStatus struct {
-	Accepted   uint64            `json:"accepted"`
-	Refused    uint64            `json:"refused"`
-	Highest    map[string]string `json:"highest"`     // resource -> highest epoch (the fence's high-water mark)
-	RefusedBy  map[string]uint64 `json:"refused_by"`  // presented epoch -> refusals
-	AcceptedBy map[string]uint64 `json:"accepted_by"` // epoch -> accepted writes
-	Fenced     bool              `json:"fenced"`
-	Backend    string            `json:"backend"`
+	Accepted     uint64            `json:"accepted"`
+	Refused      uint64            `json:"refused"`
+	Highest      map[string]string `json:"highest"`       // resource -> highest epoch (the fence's high-water mark)
+	RefusedBy    map[string]uint64 `json:"refused_by"`    // presented epoch -> refusals
+	AcceptedBy   map[string]uint64 `json:"accepted_by"`   // epoch -> accepted writes
+	LastAccepted *writeEvent       `json:"last_accepted"` // null until one
+	LastRefused  *writeEvent       `json:"last_refused"`  // null until one
+	Fenced       bool              `json:"fenced"`
+	Backend      string            `json:"backend"`
 }
 
 // handleStatus serves GET /status. Counts are since this process started;
@@ -327,6 +374,12 @@ func (s *recordStore) status(ctx context.Context) (storeStatus, error) {
 	s.mu.Lock()
 	st.Accepted, st.Refused = s.accepted, s.refused
 	st.RefusedBy, st.AcceptedBy = maps.Clone(s.refusedBy), maps.Clone(s.acceptedBy)
+	for i, p := range []**writeEvent{&st.LastAccepted, &st.LastRefused} {
+		if s.last[i] != nil {
+			ev := *s.last[i]
+			*p = &ev
+		}
+	}
 	s.mu.Unlock()
 	names, err := s.b.resources(ctx)
 	if err != nil {

@@ -1,9 +1,11 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand"
+	"net/http"
 	"syscall"
 	"time"
 )
@@ -254,8 +256,17 @@ func (n *nemesis) resign(ctx context.Context) error {
 		n.logf("fault %d: resign: no leader", n.faults+1)
 		return nil
 	}
-	err = n.c.post(ctx, li, "/resign", nil)
-	n.logf("fault %d: resign %s: %v", n.faults+1, n.c.nodes[li].id, errString(err))
+	st, b, err := n.c.do(ctx, http.MethodPost, "http://"+n.c.nodes[li].proc.addr+"/resign", struct{}{}, 2*time.Second)
+	switch {
+	case err != nil:
+		n.logf("fault %d: resign %s: %v", n.faults+1, n.c.nodes[li].id, err)
+	case st/100 == 4:
+		// The node refused the request itself: the nemesis is not injecting
+		// the fault it claims to, and the run would pass without it.
+		return fmt.Errorf("%s /resign refused the nemesis: %d %s", n.c.nodes[li].id, st, bytes.TrimSpace(b))
+	default:
+		n.logf("fault %d: resign %s: %d %s", n.faults+1, n.c.nodes[li].id, st, bytes.TrimSpace(b))
+	}
 	return nil
 }
 
