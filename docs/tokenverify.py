@@ -5,7 +5,8 @@ This is the verification procedure of docs/TOKEN.md, written out for stores
 that are not written in Go: a batch job, a service in another language, a
 database extension. Copy it; it has no dependencies.
 
-It verifies unsigned (plain) tokens and HMAC-SHA256 (hs256) tokens, and
+It verifies unsigned (plain) tokens and HMAC-SHA256 tokens (hs256, and
+hs256.<key ID> for a key with an ID), and
 decodes the text and binary forms. It does not verify Ed25519 signatures:
 Python's standard library has no Ed25519 (use a library such as
 cryptography's Ed25519PublicKey.verify over the same signed bytes).
@@ -14,13 +15,14 @@ Use as a module:
 
     from tokenverify import verify_hs256, Refused
     try:
-        ep = verify_hs256(token_bytes, [key])
+        ep = verify_hs256(token_bytes, {"": key, "2026-12": new_key})
     except Refused as r:
         ...  # r.kind is "malformed", "unsigned" or "bad_signature"
 
 or from the command line:
 
     python3 docs/tokenverify.py verify --hs256-key-hex 7465... 'tf1:hs256:...'
+    python3 docs/tokenverify.py verify --hs256-key 2026-12=7465... 'tf1:hs256.2026-12:...'
     python3 docs/tokenverify.py check docs/token-vectors.json
 
 A verified epoch is only authentic, not current: the store must still keep
@@ -33,13 +35,15 @@ import hashlib
 import hmac
 import json
 import sys
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 MAX_TOKEN_LEN = 1024  # bytes, of any token, text or binary input
 MAX_NAME_LEN = 64  # bytes, of a cluster or leader name
 MAX_TERM = 2**64 - 1  # the highest valid term
 BINARY_VERSION = 1
 TOKEN_PREFIX = b"tf1:"
+MAX_KEY_ID_LEN = 32  # bytes, of an HMAC key ID
+KEY_ID_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 NAME_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 
 MALFORMED = "malformed"
@@ -172,25 +176,47 @@ def verify_plain(token: bytes) -> Epoch:
     return parse_text(split_token(token).text)
 
 
-def hs256_signature(key: bytes, text: bytes) -> bytes:
-    """The signature part of the hs256 token for text: unpadded base64url of
-    HMAC-SHA256(key, "tf1:hs256:" text)."""
-    mac = hmac.new(key, signed_bytes(b"hs256", text), hashlib.sha256).digest()
+def hs256_signature(key: bytes, text: bytes, alg: bytes = b"hs256") -> bytes:
+    """The signature part of the token for text with algorithm field alg
+    (b"hs256", or b"hs256." + key ID): unpadded base64url of
+    HMAC-SHA256(key, "tf1:" alg ":" text)."""
+    mac = hmac.new(key, signed_bytes(alg, text), hashlib.sha256).digest()
     return base64.urlsafe_b64encode(mac).rstrip(b"=")
 
 
-def verify_hs256(token: bytes, keys: List[bytes]) -> Epoch:
-    """The hs256 verifier: accepts a token signed with HMAC-SHA256 under one
-    of keys (several while a key is being replaced)."""
+def hs256_key_id(alg: bytes) -> str:
+    """The key ID an hs256 algorithm field names: "" for b"hs256", the ID
+    for b"hs256." + ID (1..32 bytes of [A-Za-z0-9_-]); any other field is
+    another algorithm: BAD_SIGNATURE."""
+    if alg == b"hs256":
+        return ""
+    kid = alg[len(b"hs256.") :]
+    if alg.startswith(b"hs256.") and 0 < len(kid) <= MAX_KEY_ID_LEN and all(c in KEY_ID_BYTES for c in kid):
+        return kid.decode("ascii")
+    raise Refused(BAD_SIGNATURE, f"token is signed with {alg[:40]!r}, want hs256 or hs256.<key ID>")
+
+
+HS256Keys = Union[Dict[str, Union[bytes, List[bytes]]], List[bytes]]
+
+
+def verify_hs256(token: bytes, keys: HS256Keys) -> Epoch:
+    """The hs256 verifier: accepts a token signed with HMAC-SHA256 under the
+    key its algorithm field names. keys maps a key ID ("" for the key
+    without an ID) to its key (or keys); a plain list is keys without an
+    ID. Holding old and new keys lets a shared secret be rotated."""
     p = split_token(token)
     if p.alg is None:
         parse_text(p.text)  # a malformed text form is malformed first
         raise Refused(UNSIGNED, "unsigned token")
-    if p.alg != b"hs256":
-        raise Refused(BAD_SIGNATURE, f"token is signed with {p.alg!r}, want hs256")
+    kid = hs256_key_id(p.alg)
+    named = keys.get(kid, []) if isinstance(keys, dict) else (keys if kid == "" else [])
+    if isinstance(named, (bytes, bytearray)):
+        named = [named]
+    if not named:
+        raise Refused(BAD_SIGNATURE, f"no key with ID {kid!r}")
     # Comparing the exact unpadded base64url spelling, in constant time,
     # also refuses padding, the standard alphabet and non-zero unused bits.
-    if not any(hmac.compare_digest(p.sig, hs256_signature(k, p.text)) for k in keys):
+    if not any(hmac.compare_digest(p.sig, hs256_signature(k, p.text, p.alg)) for k in named):
         raise Refused(BAD_SIGNATURE, "signature does not verify")
     return parse_text(p.text)
 
@@ -228,7 +254,9 @@ def check(path: str) -> Tuple[List[str], str]:
     fails: List[str] = []
     if (v["max_token_len"], v["max_name_len"], v["max_term"]) != (MAX_TOKEN_LEN, MAX_NAME_LEN, str(MAX_TERM)):
         fails.append("the file's limits are not this verifier's")
-    keys = [bytes.fromhex(v["keys"]["hs256"])]
+    keys: Dict[str, Union[bytes, List[bytes]]] = {"": bytes.fromhex(v["keys"]["hs256"])}
+    for k in v["keys"]["hs256_key_ids"]:
+        keys[k["id"]] = bytes.fromhex(k["key"])
 
     def expect(what, name, got, want):
         want = {k: want[k] for k in ("epoch", "error") if k in want}
@@ -316,10 +344,15 @@ def main(argv: List[str]) -> int:
         print(f"tokenverify: all vectors pass: {summary}")
         return 0
     if len(argv) >= 3 and argv[1] == "verify":
-        keys, allow_plain, rest = [], False, argv[2:]
+        keys: Dict[str, Union[bytes, List[bytes]]] = {}
+        allow_plain, rest = False, argv[2:]
         while len(rest) > 1:
             if rest[0] == "--hs256-key-hex":
-                keys.append(bytes.fromhex(rest[1]))
+                keys.setdefault("", []).append(bytes.fromhex(rest[1]))
+                rest = rest[2:]
+            elif rest[0] == "--hs256-key" and "=" in rest[1]:
+                kid, _, hexkey = rest[1].partition("=")
+                keys.setdefault(kid, []).append(bytes.fromhex(hexkey))
                 rest = rest[2:]
             elif rest[0] == "--allow-plain":
                 allow_plain, rest = True, rest[1:]
@@ -344,7 +377,7 @@ def main(argv: List[str]) -> int:
 def usage() -> int:
     print(
         "usage: tokenverify.py check VECTORS.json\n"
-        "       tokenverify.py verify [--hs256-key-hex HEX]... [--allow-plain] TOKEN",
+        "       tokenverify.py verify [--hs256-key-hex HEX]... [--hs256-key ID=HEX]... [--allow-plain] TOKEN",
         file=sys.stderr,
     )
     return 2

@@ -42,6 +42,14 @@ var (
 	vectorHMACKey = []byte("termfence-test-vector-hmac-key!!")                  // 32 bytes
 	vectorOther   = []byte("some-other-key-that-is-32-bytes!")                  // 32 bytes: forgeries
 	vectorEdSeed  = sha256.Sum256([]byte("termfence test vector ed25519 seed")) // RFC 8032 seed
+	// Keys with IDs (tf1:hs256.<key ID>:...), held by the hs256 verifier
+	// beside vectorHMACKey, as during a rotation.
+	vectorKeyIDs = []vectorKeyID{
+		{ID: "2026-12", Key: hex.EncodeToString([]byte("termfence-test-vector-key-2026-12"))},                                  // 33 bytes
+		{ID: "longest_key_id_of_32_bytes-ABCDE", Key: hex.EncodeToString([]byte("termfence-test-vector-key-of-a-32-byte-id"))}, // a 32-byte ID
+	}
+	// vectorRetired signs under an ID the verifier does not hold.
+	vectorRetired = []byte("termfence-test-vector-retired-key")
 )
 
 // vectorMaxTerm is the highest term a valid epoch carries, as the vectors
@@ -61,9 +69,16 @@ type vectorFile struct {
 }
 
 type vectorKeys struct {
-	HS256         string `json:"hs256"`
-	Ed25519Seed   string `json:"ed25519_seed"`
-	Ed25519Public string `json:"ed25519_public"`
+	HS256         string        `json:"hs256"`
+	HS256KeyIDs   []vectorKeyID `json:"hs256_key_ids"`
+	Ed25519Seed   string        `json:"ed25519_seed"`
+	Ed25519Public string        `json:"ed25519_public"`
+}
+
+// vectorKeyID is an HMAC key with an ID: the key in hex.
+type vectorKeyID struct {
+	ID  string `json:"id"`
+	Key string `json:"key"`
 }
 
 type epochJSON struct {
@@ -88,7 +103,8 @@ type formVector struct {
 }
 
 // tokenVector is a token and the answer of each verifier: Plain, HS256
-// under keys.hs256, Ed25519 under keys.ed25519_public.
+// under keys.hs256 (the key without an ID) and keys.hs256_key_ids, Ed25519
+// under keys.ed25519_public.
 type tokenVector struct {
 	Name    string `json:"name"`
 	Hex     string `json:"hex"`
@@ -121,10 +137,25 @@ func printable(b []byte) string {
 
 // hs256 and ed signs text as a token of that algorithm without validating
 // it, as a buggy or older signer could; sig replaces the signature.
-func hs256(key []byte, text string) string {
+func hs256(key []byte, text string) string { return hs256As(key, "hs256", text) }
+
+// hs256As signs text with HMAC-SHA256 under key as a token whose
+// algorithm field is alg ("hs256" or "hs256.<key ID>").
+func hs256As(key []byte, alg, text string) string {
 	m := hmac.New(sha256.New, key)
-	m.Write([]byte("tf1:hs256:" + text))
-	return "tf1:hs256:" + text + ":" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	m.Write([]byte("tf1:" + alg + ":" + text))
+	return "tf1:" + alg + ":" + text + ":" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// keyOf is the secret of the vectors' key with ID id.
+func keyOf(id string) []byte {
+	for _, k := range vectorKeyIDs {
+		if k.ID == id {
+			b, _ := hex.DecodeString(k.Key)
+			return b
+		}
+	}
+	panic("no vector key " + id)
 }
 
 func edSign(text string) string {
@@ -143,6 +174,7 @@ func buildVectors() vectorFile {
 		MaxTerm:     strconv.FormatUint(vectorMaxTerm, 10),
 		Keys: vectorKeys{
 			HS256:         hex.EncodeToString(vectorHMACKey),
+			HS256KeyIDs:   vectorKeyIDs,
 			Ed25519Seed:   hex.EncodeToString(vectorEdSeed[:]),
 			Ed25519Public: hex.EncodeToString(edPub),
 		},
@@ -276,6 +308,24 @@ func buildVectors() vectorFile {
 	tok("trailing newline", hsTok+"\n", ok(e34), bad, bad)
 	tok("longer than max_token_len", hs256(vectorHMACKey, "payments/34/"+strings.Repeat("n", epoch.MaxTokenLen)), mal, mal, mal)
 	tok("plain longer than max_token_len", strings.Repeat("n", epoch.MaxTokenLen+1), mal, mal, mal)
+	// Key IDs: hs256.<key ID> names the key; the ID is signed.
+	id1, id2 := vectorKeyIDs[0].ID, vectorKeyIDs[1].ID
+	idTok := hs256As(keyOf(id1), "hs256."+id1, e34.String())
+	idSig := idTok[strings.LastIndexByte(idTok, ':')+1:]
+	tok("hs256 with a key ID", idTok, ok(e34), ok(e34), bad)
+	tok("hs256 with a key ID of 32 bytes", hs256As(keyOf(id2), "hs256."+id2, eMax.String()), ok(eMax), ok(eMax), bad)
+	tok("hs256 with a key ID, its signature moved to another key ID", "tf1:hs256."+id2+":"+e34.String()+":"+idSig, ok(e34), bad, bad)
+	tok("hs256 with a key ID, the ID removed", "tf1:hs256:"+e34.String()+":"+idSig, ok(e34), bad, bad)
+	tok("hs256 without a key ID, an ID added", "tf1:hs256."+id1+":"+e34.String()+":"+sig, ok(e34), bad, bad)
+	tok("hs256 signed without the ID under the ID's key", hs256As(keyOf(id1), "hs256", e34.String()), ok(e34), bad, bad)
+	tok("hs256 with a key ID under the key without an ID", hs256As(vectorHMACKey, "hs256."+id1, e34.String()), ok(e34), bad, bad)
+	tok("hs256 with an unknown key ID", hs256As(vectorRetired, "hs256.retired", e34.String()), ok(e34), bad, bad)
+	tok("hs256 with a key ID in another case", hs256As(keyOf(id2), "hs256."+strings.ToLower(id2), e34.String()), ok(e34), bad, bad)
+	tok("hs256 with an empty key ID", hs256As(vectorHMACKey, "hs256.", e34.String()), ok(e34), bad, bad)
+	tok("hs256 with a key ID of 33 bytes", hs256As(keyOf(id2), "hs256."+id2+"F", e34.String()), ok(e34), bad, bad)
+	tok("hs256 with a dot in the key ID", hs256As(keyOf(id1), "hs256."+id1+".x", e34.String()), ok(e34), bad, bad)
+	tok("hs256 with a key ID, no dot", hs256As(keyOf(id1), "hs256"+id1, e34.String()), ok(e34), bad, bad)
+	tok("hs256 with a key ID over a leading zero", hs256As(keyOf(id1), "hs256."+id1, "payments/034/node-b"), mal, mal, bad)
 	return f
 }
 
@@ -328,7 +378,11 @@ func newVectorVerifiers(t testing.TB, f vectorFile) vectorVerifiers {
 	if err != nil || len(pub) != ed25519.PublicKeySize {
 		t.Fatalf("ed25519 public key: %v", err)
 	}
-	return vectorVerifiers{plain: epoch.Plain(), hs: mustHMAC(t, k), ed: epoch.NewEd25519Verifier(pub)}
+	ids := map[string][]byte{}
+	for _, x := range f.Keys.HS256KeyIDs {
+		ids[x.ID] = unhex(t, x.Key)
+	}
+	return vectorVerifiers{plain: epoch.Plain(), hs: newHS256Verifier(t, k, ids), ed: epoch.NewEd25519Verifier(pub)}
 }
 
 func unhex(t testing.TB, s string) []byte {
@@ -540,6 +594,8 @@ func TestTokenDocExamples(t *testing.T) {
 		"**max-term** is " + f.MaxTerm,
 		"1 to " + strconv.Itoa(epoch.MaxNameLen) + " bytes",
 		hs256(vectorHMACKey, "payments/34/node-b"),
+		hs256As(keyOf("2026-12"), "hs256.2026-12", "payments/34/node-b"),
+		"`" + string(keyOf("2026-12")) + "`",
 	}
 	var b epoch.Epoch
 	b.UnmarshalText([]byte("payments/34/node-b"))

@@ -32,8 +32,38 @@ type tokenVector struct {
 }
 
 type vectorFile struct {
-	Keys   struct{ HS256 string } `json:"keys"`
-	Tokens []tokenVector          `json:"tokens"`
+	Keys struct {
+		HS256       string `json:"hs256"`
+		HS256KeyIDs []struct {
+			ID  string `json:"id"`
+			Key string `json:"key"`
+		} `json:"hs256_key_ids"`
+	} `json:"keys"`
+	Tokens []tokenVector `json:"tokens"`
+}
+
+// installVectorKeys installs the guard on table ledger with the vectors'
+// hs256 keys for cluster payments: the key without an ID and the keys with
+// IDs.
+func installVectorKeys(t *testing.T, d *db, f vectorFile) {
+	t.Helper()
+	k, err := hex.DecodeString(f.Keys.HS256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := d.config("ledger")
+	cfg.HMACKey = k
+	d.install(t, cfg)
+	if len(f.Keys.HS256KeyIDs) == 0 {
+		t.Fatal("the vectors have no keys with IDs")
+	}
+	for _, x := range f.Keys.HS256KeyIDs {
+		secret, err := hex.DecodeString(x.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.exec(t, "INSERT INTO "+d.private+".hmac_key (cluster, key_id, key) VALUES ('payments', $1, $2)", x.ID, secret)
+	}
 }
 
 // codeFor is the SQLSTATE the guard raises for a verifier's answer ("" for
@@ -96,14 +126,8 @@ func TestTokenVectorsInDatabase(t *testing.T) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		t.Fatal(err)
 	}
-	k, err := hex.DecodeString(f.Keys.HS256)
-	if err != nil {
-		t.Fatal(err)
-	}
 	d.exec(t, "CREATE TABLE ledger (id int)")
-	cfg := d.config("ledger")
-	cfg.HMACKey = k
-	d.install(t, cfg)
+	installVectorKeys(t, d, f)
 
 	var toks []string
 	var vecs []tokenVector
@@ -192,21 +216,8 @@ func TestTokenVectorsThroughTrigger(t *testing.T) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		t.Fatal(err)
 	}
-	k, _ := hex.DecodeString(f.Keys.HS256)
-	var tok string
-	for _, v := range f.Tokens {
-		if v.Name == "hs256" {
-			raw, _ := hex.DecodeString(v.Hex)
-			tok = string(raw)
-		}
-	}
-	if tok == "" {
-		t.Fatal(`no vector "hs256"`)
-	}
 	d.exec(t, "CREATE TABLE ledger (id int)")
-	cfg := d.config("ledger")
-	cfg.HMACKey = k
-	d.install(t, cfg)
+	installVectorKeys(t, d, f)
 	// try presents each token on its own write, in a subtransaction, and
 	// counts the writes admitted.
 	d.exec(t, `CREATE FUNCTION try_tokens(toks text[]) RETURNS int LANGUAGE plpgsql AS $$
@@ -223,23 +234,37 @@ BEGIN
   END LOOP;
   RETURN n;
 END$$`)
-	if n := d.count(t, "SELECT try_tokens($1)", []string{tok}); n != 1 {
-		t.Fatalf("the vector itself: %d writes admitted, want 1", n)
-	}
-	var changed []string
-	for p := range len(tok) {
-		for c := byte(1); c < 0x80; c++ {
-			if c != tok[p] {
-				m := []byte(tok)
-				m[p] = c
-				changed = append(changed, string(m))
+	// The key without an ID and a key with one: both vectors are of
+	// epoch payments/34/node-b.
+	for _, name := range []string{"hs256", "hs256 with a key ID"} {
+		var tok string
+		for _, v := range f.Tokens {
+			if v.Name == name {
+				raw, _ := hex.DecodeString(v.Hex)
+				tok = string(raw)
 			}
 		}
-	}
-	if n := d.count(t, "SELECT try_tokens($1)", changed); n != 0 {
-		t.Fatalf("%d of %d one-byte changes of the vector admitted", n, len(changed))
-	}
-	if n := d.count(t, "SELECT try_tokens($1)", []string{tok}); n != 1 {
-		t.Fatal("the vector is no longer admitted after the changes")
+		if tok == "" {
+			t.Fatalf("no vector %q", name)
+		}
+		if n := d.count(t, "SELECT try_tokens($1)", []string{tok}); n != 1 {
+			t.Fatalf("the vector %q itself: %d writes admitted, want 1", name, n)
+		}
+		var changed []string
+		for p := range len(tok) {
+			for c := byte(1); c < 0x80; c++ {
+				if c != tok[p] {
+					m := []byte(tok)
+					m[p] = c
+					changed = append(changed, string(m))
+				}
+			}
+		}
+		if n := d.count(t, "SELECT try_tokens($1)", changed); n != 0 {
+			t.Fatalf("%d of %d one-byte changes of the vector %q admitted", n, len(changed), name)
+		}
+		if n := d.count(t, "SELECT try_tokens($1)", []string{tok}); n != 1 {
+			t.Fatalf("the vector %q is no longer admitted after the changes", name)
+		}
 	}
 }
