@@ -65,12 +65,22 @@ type backend interface {
 // storeConfig configures openStore. Codec verifies tokens (epoch.Plain()
 // accepts any well-formed token).
 type storeConfig struct {
-	Backend  string // "sqlite" (default) or "bolt"
-	Data     string // the SQLite file, or the boltfence file (records go next to it)
+	Backend  string // "sqlite" (default), "bolt" or "postgres-trigger"
+	Data     string // the SQLite file, or the boltfence file (records go next to it); postgres-trigger: the DSN
 	Cluster  string
 	Unfenced bool
 	Verifier epoch.Verifier
 	Log      *slog.Logger
+	// TokenKey is the HMAC key Verifier holds (nil: unsigned tokens), for
+	// postgres-trigger, which gives it to the database's guard.
+	TokenKey []byte
+	// PGSchema is postgres-trigger's schema (created if missing; the
+	// guard's private schema is PGSchema_private); PGDropSchema drops both
+	// at Close. PGAPIOnly leaves the table unguarded and fences only the
+	// store's API (pgfence.Tx): the control of every-write-path.
+	PGSchema     string
+	PGDropSchema bool
+	PGAPIOnly    bool
 	// OnWrite, if set, is called after every counted write (accepted or
 	// refused), outside the store's locks: the demo's timeline uses it.
 	OnWrite func(writeEvent)
@@ -113,9 +123,12 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	// Like a node's -data, a missing directory is created.
-	if err := os.MkdirAll(filepath.Dir(cfg.Data), 0o755); err != nil {
-		return nil, fmt.Errorf("store: -data %s: %w", cfg.Data, err)
+	// Like a node's -data, a missing directory is created (postgres-trigger:
+	// -data is a DSN).
+	if cfg.Backend != "postgres-trigger" {
+		if err := os.MkdirAll(filepath.Dir(cfg.Data), 0o755); err != nil {
+			return nil, fmt.Errorf("store: -data %s: %w", cfg.Data, err)
+		}
 	}
 	var (
 		b   backend
@@ -127,8 +140,10 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 		b, err = openSQLite(ctx, cfg.Data)
 	case "bolt":
 		b, err = openBolt(cfg.Data)
+	case "postgres-trigger":
+		b, err = openPGTrigger(ctx, cfg)
 	default:
-		return nil, fmt.Errorf("store: unknown -backend %q (want sqlite or bolt)", cfg.Backend)
+		return nil, fmt.Errorf("store: unknown -backend %q (want sqlite, bolt or postgres-trigger)", cfg.Backend)
 	}
 	if err != nil {
 		return nil, err
