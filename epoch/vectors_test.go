@@ -318,6 +318,8 @@ func buildVectors() vectorFile {
 	tok("hs256 with a key ID, the ID removed", "tf1:hs256:"+e34.String()+":"+idSig, ok(e34), bad, bad)
 	tok("hs256 without a key ID, an ID added", "tf1:hs256."+id1+":"+e34.String()+":"+sig, ok(e34), bad, bad)
 	tok("hs256 signed without the ID under the ID's key", hs256As(keyOf(id1), "hs256", e34.String()), ok(e34), bad, bad)
+	unsignedID := hs256As(keyOf(id1), "hs256", e34.String())
+	tok("hs256 with a key ID that its MAC does not cover", "tf1:hs256."+id1+":"+e34.String()+":"+unsignedID[strings.LastIndexByte(unsignedID, ':')+1:], ok(e34), bad, bad)
 	tok("hs256 with a key ID under the key without an ID", hs256As(vectorHMACKey, "hs256."+id1, e34.String()), ok(e34), bad, bad)
 	tok("hs256 with an unknown key ID", hs256As(vectorRetired, "hs256.retired", e34.String()), ok(e34), bad, bad)
 	tok("hs256 with a key ID in another case", hs256As(keyOf(id2), "hs256."+strings.ToLower(id2), e34.String()), ok(e34), bad, bad)

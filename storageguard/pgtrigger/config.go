@@ -34,12 +34,22 @@ type Config struct {
 	// Cluster is the election group whose tokens the table accepts (an
 	// epoch name); a token of another cluster is refused (CodeForeign).
 	Cluster string
-	// HMACKey is Cluster's HMAC-SHA256 key, the one its leaders sign tokens
-	// with (epoch.NewHMAC): at least epoch.MinHMACKeyLen bytes. Install
-	// stores it in the private schema, replacing the key stored for Cluster
-	// (all tables of a cluster share its key). Nil keeps the stored key;
-	// Install then fails with ErrNoKey if there is none, unless AllowPlain.
+	// HMACKey is Cluster's HMAC-SHA256 key without a key ID, the one its
+	// leaders sign "tf1:hs256:..." tokens with (epoch.NewHMAC): at least
+	// epoch.MinHMACKeyLen bytes.
 	HMACKey []byte
+	// HMACKeys are Cluster's HMAC-SHA256 keys with key IDs, by ID: tokens
+	// "tf1:hs256.<ID>:..." are verified under the key of that ID (the ID is
+	// signed; docs/TOKEN.md). Each ID is 1 to 32 bytes of [A-Za-z0-9_-],
+	// each key at least epoch.MinHMACKeyLen bytes. Several keys let a
+	// shared secret be rotated: Install with the old and the new key, then
+	// switch the leaders to the new one, then Install with the new one only.
+	//
+	// Install stores HMACKey and HMACKeys in the private schema as the
+	// cluster's whole key set, replacing the one stored (all tables of a
+	// cluster share it). With neither, Install keeps the stored set, and
+	// fails with ErrNoKey if there is none, unless AllowPlain.
+	HMACKeys map[string][]byte
 	// AllowPlain makes the table also accept unsigned tokens (the epoch's
 	// text form, epoch.Plain). Signed tokens are still verified. Anyone who
 	// can write the table can then present any epoch, including a forged
@@ -78,6 +88,14 @@ func (c Config) Validate() error {
 	if c.HMACKey != nil && len(c.HMACKey) < epoch.MinHMACKeyLen {
 		return bad("HMAC key is %d bytes, need at least %d", len(c.HMACKey), epoch.MinHMACKeyLen)
 	}
+	for id, k := range c.HMACKeys {
+		if !validKeyID(id) {
+			return bad("HMAC key ID %q: want 1..%d bytes of [A-Za-z0-9_-]", id, maxKeyIDLen)
+		}
+		if len(k) < epoch.MinHMACKeyLen {
+			return bad("HMAC key %q is %d bytes, need at least %d", id, len(k), epoch.MinHMACKeyLen)
+		}
+	}
 	if s := c.schema(); len(s) > maxIdentLen || strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s) {
 		return bad("schema %q is not a PostgreSQL identifier", s)
 	}
@@ -91,13 +109,34 @@ type key struct {
 	secret []byte
 }
 
+// maxKeyIDLen is the longest key ID (docs/TOKEN.md).
+const maxKeyIDLen = 32
+
+// validKeyID reports whether id is a key ID of docs/TOKEN.md's grammar.
+func validKeyID(id string) bool {
+	if id == "" || len(id) > maxKeyIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // keys is the key set Install stores for the cluster, empty to keep the
 // stored one.
 func (c Config) keys() []key {
-	if c.HMACKey == nil {
-		return nil
+	var ks []key
+	if c.HMACKey != nil {
+		ks = append(ks, key{secret: c.HMACKey})
 	}
-	return []key{{secret: c.HMACKey}}
+	for id, k := range c.HMACKeys {
+		ks = append(ks, key{id: id, secret: k})
+	}
+	return ks
 }
 
 func (c Config) schema() string {

@@ -33,9 +33,11 @@
 //
 //  1. reads the token from the setting termfence.token and verifies it as
 //     docs/TOKEN.md says, inside the database: HMAC-SHA256 through pgcrypto
-//     under the cluster's key, which lives in a table of a private schema
-//     that only the guard's owner can read; unsigned tokens only with
-//     Config.AllowPlain;
+//     under the cluster's key that the token names ("hs256": the key
+//     without an ID, Config.HMACKey; "hs256.<key ID>": that key of
+//     Config.HMACKeys, so a shared secret can be rotated), which lives in a
+//     table of a private schema that only the guard's owner can read;
+//     unsigned tokens only with Config.AllowPlain;
 //  2. refuses an epoch of another cluster than Config.Cluster;
 //  3. checks the epoch against the resource's row in termfence_fence —
 //     pgfence's table, in the installing connection's current schema — with

@@ -56,10 +56,14 @@ func sign(t testing.TB, k []byte, e epoch.Epoch) string {
 
 // handSign signs text as an hs256 token without validating it, as a
 // release without today's checks or a holder of the key could.
-func handSign(k []byte, text string) string {
+func handSign(k []byte, text string) string { return handSignAlg(k, "hs256", text) }
+
+// handSignAlg is handSign with the algorithm field alg ("hs256" or
+// "hs256.<key ID>").
+func handSignAlg(k []byte, alg, text string) string {
 	m := hmac.New(sha256.New, k)
-	m.Write([]byte("tf1:hs256:" + text))
-	return "tf1:hs256:" + text + ":" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	m.Write([]byte("tf1:" + alg + ":" + text))
+	return "tf1:" + alg + ":" + text + ":" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 // db is one test's database: a fresh schema first on the search_path (the

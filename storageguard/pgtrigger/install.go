@@ -68,7 +68,7 @@ var (
 // pgfence.Open creates it, in the connections' current schema if missing):
 // the guard runs with that role's rights. It creates the pgcrypto extension
 // if it is missing (in the current schema), and the private schema
-// cfg.Schema, and stores cfg.HMACKey there. It is idempotent, all in one
+// cfg.Schema, and stores cfg.HMACKey and cfg.HMACKeys there. It is idempotent, all in one
 // transaction, and serialized with every other Install and Uninstall on the
 // database; run it again after adding a partition or a child table.
 //
@@ -195,7 +195,7 @@ REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key FROM PUBL
 			return err
 		}
 		if !has {
-			return fmt.Errorf("%w %q: give Config.HMACKey (or set AllowPlain)", ErrNoKey, cfg.Cluster)
+			return fmt.Errorf("%w %q: give Config.HMACKey or HMACKeys (or set AllowPlain)", ErrNoKey, cfg.Cluster)
 		}
 	}
 

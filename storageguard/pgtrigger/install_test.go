@@ -38,6 +38,10 @@ func TestConfigValidate(t *testing.T) {
 		"long schema":      func(c *pgtrigger.Config) { c.Schema = strings.Repeat("s", 64) },
 		"NUL in schema":    func(c *pgtrigger.Config) { c.Schema = "s\x00" },
 		"non-UTF-8 schema": func(c *pgtrigger.Config) { c.Schema = "\xfe" },
+		"empty key ID":     func(c *pgtrigger.Config) { c.HMACKeys = map[string][]byte{"": key} },
+		"key ID of 33":     func(c *pgtrigger.Config) { c.HMACKeys = map[string][]byte{strings.Repeat("i", 33): key} },
+		"dot in key ID":    func(c *pgtrigger.Config) { c.HMACKeys = map[string][]byte{"a.b": key} },
+		"short ID'd key":   func(c *pgtrigger.Config) { c.HMACKeys = map[string][]byte{"k1": key[:31]} },
 	} {
 		c := good
 		mut(&c)
@@ -311,6 +315,48 @@ func TestKeyReplaced(t *testing.T) {
 	ins := "BEGIN; SET LOCAL termfence.token = :'tok'; INSERT INTO ledger VALUES (2, 'x'); COMMIT;"
 	d.refusedWith(t, pgtrigger.CodeBadSignature, "", ins, "tok="+sign(t, key, ep(34, "node-b")))
 	d.mustPsql(t, "", ins, "tok="+sign(t, otherKey, ep(34, "node-b")))
+}
+
+// signID signs e as "tf1:hs256.<id>:..." under k, as a leader holding
+// that key ID does.
+func signID(k []byte, id string, e epoch.Epoch) string {
+	return handSignAlg(k, "hs256."+id, e.String())
+}
+
+// TestKeyRotation: a shared secret is rotated with key IDs, psql writing
+// throughout: with the old key (no ID) and the new one (ID 2026-12)
+// installed, tokens of both verify; with only the new one, the old key's
+// tokens, another ID, the new key's signature without its ID or moved to
+// another ID, and the old key under the new ID are all refused
+// (CodeBadSignature), and the new key's token is accepted.
+func TestKeyRotation(t *testing.T) {
+	d := guarded(t)
+	e := ep(34, "node-b")
+	ins := "BEGIN; SET LOCAL termfence.token = :'tok'; INSERT INTO ledger VALUES (nextval('ids'), 'x'); COMMIT;"
+	d.exec(t, "CREATE SEQUENCE ids START 100; GRANT USAGE ON SEQUENCE ids TO PUBLIC")
+	cfg := d.config("ledger")
+	cfg.HMACKey, cfg.HMACKeys = key, map[string][]byte{"2026-12": otherKey}
+	d.install(t, cfg)
+	d.mustPsql(t, "", ins, "tok="+sign(t, key, e))
+	d.mustPsql(t, "", ins, "tok="+signID(otherKey, "2026-12", e))
+
+	cfg.HMACKey = nil
+	d.install(t, cfg)
+	newTok := signID(otherKey, "2026-12", e)
+	for _, tok := range []string{
+		sign(t, key, e),                                                // the retired key
+		signID(otherKey, "2026-11", e),                                 // an ID not installed
+		signID(key, "2026-12", e),                                      // the old key under the new ID
+		sign(t, otherKey, e),                                           // the new key without its ID
+		strings.Replace(newTok, "hs256.2026-12:", "hs256:", 1),         // the ID removed
+		strings.Replace(newTok, "hs256.2026-12:", "hs256.2026-11:", 1), // moved to another ID
+	} {
+		d.refusedWith(t, pgtrigger.CodeBadSignature, "", ins, "tok="+tok)
+	}
+	d.mustPsql(t, "", ins, "tok="+newTok)
+	if n := d.count(t, "SELECT count(*) FROM ledger"); n != 4 {
+		t.Fatalf("%d rows, want 4: the first, two during the rotation, one after", n)
+	}
 }
 
 // TestRefusalFromGo: a Go writer sees the guard's refusals as
