@@ -283,10 +283,3 @@ func (n *nemesis) killStore(ctx context.Context, d time.Duration) error {
 	n.c.noteStoreDown(from, n.w.rec.Now())
 	return err
 }
-
-func errString(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	return err.Error()
-}
