@@ -44,6 +44,21 @@ CREATE TABLE bench_guarded (id int PRIMARY KEY, n bigint NOT NULL);
 INSERT INTO bench_plain VALUES (1, 0);
 INSERT INTO bench_guarded VALUES (1, 0)`)
 	d.install(b, d.config("bench_guarded"))
+	// Where the guard's time goes: the same UPDATE under a PL/pgSQL
+	// statement trigger that does nothing, and under one that only takes
+	// the fence row FOR SHARE as the guard does.
+	d.exec(b, `CREATE TABLE bench_noop (id int PRIMARY KEY, n bigint NOT NULL);
+CREATE TABLE bench_share (id int PRIMARY KEY, n bigint NOT NULL);
+INSERT INTO bench_noop VALUES (1, 0);
+INSERT INTO bench_share VALUES (1, 0);
+CREATE FUNCTION bench_noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE FUNCTION bench_share() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM 1 FROM termfence_fence f WHERE f.resource = convert_to('ledger', 'UTF8') FOR SHARE;
+  RETURN NULL;
+END$$;
+CREATE TRIGGER noop BEFORE UPDATE ON bench_noop FOR EACH STATEMENT EXECUTE FUNCTION bench_noop();
+CREATE TRIGGER share BEFORE UPDATE ON bench_share FOR EACH STATEMENT EXECUTE FUNCTION bench_share()`)
 	f, err := pgfence.Open(ctx, pool)
 	if err != nil {
 		b.Fatal(err)
@@ -71,6 +86,23 @@ INSERT INTO bench_guarded VALUES (1, 0)`)
 				return err
 			}
 			return inTx(ctx, tx, plain)
+		}},
+		// Three round trips, a statement trigger that does nothing.
+		{"noop-trigger", func(ctx context.Context) error {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			return inTx(ctx, tx, "UPDATE bench_noop SET n = n + 1 WHERE id = 1")
+		}},
+		// Three round trips, a statement trigger that only takes the fence
+		// row FOR SHARE.
+		{"share-lock-trigger", func(ctx context.Context) error {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			return inTx(ctx, tx, "UPDATE bench_share SET n = n + 1 WHERE id = 1")
 		}},
 		// The same three round trips: the token rides with BEGIN.
 		{"trigger", func(ctx context.Context) error {
