@@ -41,6 +41,20 @@
 //     transport.MainLoopOnly, which switches the heartbeat fast path off
 //     (hashicorp/raft#695, invariant I2), whatever Transport it is given —
 //     even a raw raft.NetworkTransport.
+//   - Only members move the term. Every RPC from the transport passes an
+//     admission layer before raft sees it (Election.Admission counts what
+//     it refused, and why): it must name a server ID and address, not this
+//     node's ID, and carry no term above epoch.MaxTerm; votes and pre-votes
+//     are taken only from a voter of the latest configuration at its
+//     configured address, appends and snapshots only from a member (from
+//     anyone while this node has no configuration yet, as raft does when
+//     it joins; votes then only from the server that appended to it last),
+//     TimeoutNow only from the leader this node follows, and only by a
+//     voter. Refused RPCs are answered with a *RefusedError.
+//   - A refused connection to a silent leader forces an election (a
+//     TimeoutNow to this node's own raft, skipping pre-vote) only once a
+//     majority of the voters has lost the leader; a non-voter never starts
+//     an election.
 //   - Close ends every goroutine this package started and returns even if
 //     raft leaves a future unanswered at shutdown; the one goroutine that can
 //     then remain is a helper waiting on that abandoned future.
@@ -62,12 +76,17 @@
 //   - Cancelling the context of a call that wraps a raft future (Resign,
 //     TransferTo, AddVoter, RemoveServer) stops the wait, not the operation,
 //     which raft may still complete.
+//   - The admission layer checks what an RPC claims. Over plain TCP anyone
+//     who can reach the port can claim a member's ID and address; only
+//     mutual TLS (transport.MutualTLS) binds the claim to a certificate.
+//     A node that joins trusts the first leader that appends to it.
 //   - Failover time is a measurement (docs/PERFORMANCE.md), not a promise.
 //     With LeaderLeaseTimeout below HeartbeatTimeout each node wakes raft
-//     as soon as its leader has been silent for HeartbeatTimeout, or at once
-//     when the leader's port refuses connections; this changes when raft
-//     holds an election, never how. It can cost an election while the
-//     leader lives if something refuses connections on the leader's raft
-//     address. The Election owns raft's HeartbeatTimeout for this: do not
-//     change it through Raft().ReloadConfig.
+//     as soon as its leader has been silent for HeartbeatTimeout, or, when
+//     the leader's port refuses connections, as soon as a majority has
+//     found it silent and refusing; this changes when raft holds an
+//     election, never how. It can cost an election while the leader lives
+//     if a majority finds it silent and refusing. The Election owns raft's
+//     HeartbeatTimeout for this: do not change it through
+//     Raft().ReloadConfig.
 package election

@@ -36,6 +36,11 @@ type Election struct {
 	// Only the confirm worker writes it.
 	pubTerm atomic.Uint64
 
+	// confirmGate, when set (by tests only), makes the confirm worker wait
+	// until the channel is closed before each confirmation: a worker held
+	// back, to show that Epoch does not depend on it.
+	confirmGate atomic.Pointer[chan struct{}]
+
 	hub hub
 
 	closed    atomic.Bool

@@ -104,6 +104,13 @@ func (e *Election) work() {
 		case <-retry:
 		}
 		retry = nil
+		if g := e.confirmGate.Load(); g != nil {
+			select {
+			case <-*g:
+			case <-e.stop:
+				return
+			}
+		}
 		if !e.confirm() {
 			retry = time.After(e.retryInterval())
 		}
@@ -148,6 +155,13 @@ func (e *Election) confirm() bool {
 			// Stepped down between the win and here (or lost and won a
 			// newer term, which needs its own commit): never publish t0.
 			continue
+		}
+		if t1 > epoch.MaxTerm {
+			// Only state written before the admission layer bounded terms
+			// gets here; no fence would accept such an epoch.
+			e.log.Error("won a term above epoch.MaxTerm, no epoch is handed out: a message raised this cluster's terms before termfence refused such terms; recreate the cluster with new data directories",
+				"term", t1, "max-term", epoch.MaxTerm)
+			return true
 		}
 		e.pubTerm.Store(t1)
 		e.log.Info("epoch confirmed", "cluster", e.cfg.Cluster, "term", t1, "leader", e.cfg.ID)

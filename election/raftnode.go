@@ -34,9 +34,10 @@ type raftNode struct {
 	localAddr string                // the transport's address
 
 	// inbox is the channel raft consumes RPCs from instead of the
-	// transport's Consumer(): forward fills it from the transport, and the
-	// waker hands raft a request of its own there.
+	// transport's Consumer(): forward fills it with the RPCs admit lets
+	// through, and the waker hands raft a request of its own there.
 	inbox chan raft.RPC
+	admit *admission // admission.go
 }
 
 // openNode opens (or creates) the node's stores, bootstraps a new cluster
@@ -47,6 +48,10 @@ func openNode(c Config, notifyCh chan<- bool) (*raftNode, error) {
 	n := &raftNode{localAddr: string(c.Transport.LocalAddr()), inbox: make(chan raft.RPC)}
 	if err := checkSelfAddr(c, n.localAddr); err != nil {
 		return nil, err
+	}
+	if id := transport.LocalServerID(c.Transport); id != "" && id != c.ID {
+		return nil, fmt.Errorf("%w: ID is %s but the transport's TLS certificate names server %s: every peer would refuse this node's RPCs",
+			ErrInvalidConfig, c.ID, id)
 	}
 	rc := raftConfig(c, notifyCh)
 	if err := raft.ValidateConfig(rc); err != nil {
@@ -70,6 +75,7 @@ func openNode(c Config, notifyCh chan<- bool) (*raftNode, error) {
 		return nil, fmt.Errorf("election: starting raft: %w", err)
 	}
 	n.raft = r
+	n.admit = &admission{raft: r, log: c.Logger, self: rc.LocalID}
 	return n, nil
 }
 
@@ -180,14 +186,18 @@ type inboxTransport struct {
 // Consumer returns the channel raft reads every RPC from.
 func (t inboxTransport) Consumer() <-chan raft.RPC { return t.inbox }
 
-// forward hands raft each RPC the transport receives on in, until stop is
-// closed. It holds at most one RPC, so raft's back-pressure on the
-// transport is unchanged; an RPC it holds when stop closes is answered by
-// the transport's own shutdown.
+// forward hands raft each RPC the transport receives on in that the
+// admission layer lets through (admission.go), until stop is closed; it
+// answers the others itself. It holds at most one RPC, so raft's
+// back-pressure on the transport is unchanged; an RPC it holds when stop
+// closes is answered by the transport's own shutdown.
 func (n *raftNode) forward(in <-chan raft.RPC, stop <-chan struct{}) {
 	for {
 		select {
 		case rpc := <-in:
+			if !n.admit.admit(rpc) {
+				continue
+			}
 			select {
 			case n.inbox <- rpc:
 			case <-stop:

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/transport"
 )
 
 // waker makes a follower notice a silent leader on time, so that the
@@ -27,19 +31,20 @@ import (
 // followers wake one after another, and a follower that is asked for a
 // pre-vote while its own leader is silent wakes at once, so that one of
 // them wins the first vote. A follower whose dial to a leader silent for
-// HT/4 is refused (the process died, the host is up) does not wait for HT:
-// it hands its own raft the TimeoutNow request of a leadership transfer, so
-// raft stands at once and the other followers grant its vote although they
-// still know the dead leader. All of this needs LeaderLeaseTimeout below
+// HT/4 is refused (the process died, the host is up) does not wait for HT
+// once it has evidence that a majority lost the leader too: it hands its
+// own raft the TimeoutNow request of a leadership transfer, so raft stands
+// at once and the other followers grant its vote although they still know
+// the dead leader. All of this needs LeaderLeaseTimeout below
 // HeartbeatTimeout (raft accepts no lower HeartbeatTimeout than
 // LeaderLeaseTimeout); with the two equal raft's own timing applies. The
 // Election owns raft's HeartbeatTimeout: do not change it through
 // Raft().ReloadConfig. Waking early changes when raft holds an election,
 // never how, and so leaves every guarantee of the package as it is; it can
 // only cost an election if a live leader goes silent for HT, which raft's
-// own timer would also punish, a little later, or if something refuses
-// connections on a live leader's raft address (a firewall rejecting with a
-// TCP reset). Measured figures: docs/PERFORMANCE.md.
+// own timer would also punish, a little later, or if a majority of the
+// voters finds the live leader both silent and refusing connections. A
+// non-voter's waker does nothing. Measured figures: docs/PERFORMANCE.md.
 //
 // # Waking raft early
 //
@@ -77,34 +82,64 @@ import (
 // A killed process. When the leader's process dies and its host stays up,
 // its connections close and its port refuses new ones. A follower that has
 // not heard from its leader for longer than any normal heartbeat gap (HT/4)
-// dials the leader's address once. If the dial is refused, nothing listens
-// there any more: the follower hands its own raft a TimeoutNow request
-// (transferSelf), the request a leader sends in a leadership transfer. raft
-// becomes a candidate at once, without pre-vote, and asks for votes marked
-// as a leadership transfer, which the other followers grant although they
-// still know the dead leader (the vote's log comparison still applies).
-// The followers do this in their wake order, transferGap apart, each only
-// if no leader has been heard from meanwhile; so the first wins unless its
-// log is behind, and then the next one does. A dial that succeeds or times
-// out changes nothing. Only a refused TCP connect counts; addresses that
-// are not host:port (the in-memory transport) are never probed.
+// probes the leader's address once, through the transport when it is a
+// transport.Prober (so the probe takes the path raft's connections take),
+// otherwise with a plain TCP dial. A refused probe says that nothing
+// listens there for this follower — or that something between the two
+// rejects connections: a firewall REJECT, or an ICMP port-unreachable,
+// which Linux also reports as a refused connection. A follower alone
+// cannot tell the two apart, and acting alone on the second (issue 16)
+// deposes a live leader over and over: each side of a refused link wins
+// with the third node's vote in turn. So a refused probe forces an election
+// only with evidence that a majority of the voters lost the leader:
+//
+//   - the followers before the first that can win in the wake order (see
+//     below; for three nodes, the first follower) announce a refused probe
+//     to the other voters, with a RequestPreVote of their own (announce);
+//   - raft reports every pre-vote request it is asked to observers, so a
+//     follower counts the voters that asked since it last heard from its
+//     leader, in a term above its own: each of them lost the leader (an
+//     announcement, or raft's own pre-vote after its heartbeat timeout);
+//   - a follower from the first that can win on, whose own probe was
+//     refused, stands once those voters and itself make a quorum: it hands
+//     its raft the TimeoutNow request a leader sends in a leadership
+//     transfer (transferSelf). raft becomes a candidate at once, without
+//     pre-vote, and asks for votes marked as a leadership transfer, which
+//     the other followers grant although they still know the dead leader
+//     (the vote's log comparison still applies).
+//
+// Standing followers go in wake order, transferGap apart, each only if no
+// leader has been heard from meanwhile; so the first wins unless its log is
+// behind, and then the next one does. When the evidence does not come, the
+// follower falls back to the silent-leader wake above, raft's pre-vote
+// included, which a follower that still hears the leader refuses: with a
+// refused link between the leader and one follower, raft's pre-vote keeps
+// the leader, as raw raft does. A probe that succeeds or times out changes
+// nothing; an address the transport cannot probe and that is not host:port
+// (the in-memory transport) is never probed.
 //
 // None of this touches safety: raft runs its own election, in a term it
 // increments on its main goroutine, and invariants I1-I3 of docs/DESIGN.md
-// are untouched. It can only
-// cost availability, by starting an election while the leader is alive
-// (the transfer request: while something refuses connections on the
-// leader's raft address, such as a firewall rejecting with a TCP reset).
-// The rule is raft's own; pre-vote keeps one impatient follower from
-// raising the term (the leader and every follower that still hears from it
-// refuse, and the leader's next heartbeat makes it a follower again); a
-// follower woken by a peer's pre-vote must itself have missed the leader for
-// LeaderLeaseTimeout. The failover command's -healthy mode measures it.
+// are untouched. It can only cost availability, by starting an election
+// while the leader is alive: for the transfer request, a majority must find
+// the live leader silent for HT/4 and refusing connections. The rule is
+// raft's own; pre-vote keeps one impatient follower from raising the term
+// (the leader and every follower that still hears from it refuse, and the
+// leader's next heartbeat makes it a follower again); a follower woken by a
+// peer's pre-vote must itself have missed the leader for LeaderLeaseTimeout.
+// The failover command's -healthy mode measures it.
+//
+// A non-voter never wakes, probes or announces: raft does not let it stand
+// (it cannot win), and a candidacy it started would still raise the voters'
+// terms.
 type waker struct {
 	raft *raft.Raft
 	log  hclog.Logger
 	id   string // this node's server ID
 	addr string // this node's raft address (its own TimeoutNow names it)
+	// tr is the transport the Election was given: announce sends through
+	// it, and refused probes through it when it is a transport.Prober.
+	tr transport.Transport
 	// ht, et and llt are the configured HeartbeatTimeout, ElectionTimeout
 	// and LeaderLeaseTimeout; raft runs with others while the waker acts.
 	ht, et, llt time.Duration
@@ -112,18 +147,24 @@ type waker struct {
 	// a request there.
 	inbox chan<- raft.RPC
 
-	// preVoteCh receives, without ever blocking raft, a poke for each
-	// pre-vote request raft is asked (preVoteObs reports them).
+	// preVoteCh receives, without ever blocking raft, each pre-vote request
+	// raft is asked (preVoteObs reports them); a burst beyond its buffer is
+	// dropped.
 	preVoteCh  chan raft.Observation
 	preVoteObs *raft.Observer
 
 	quit chan struct{} // closed by stop
 	done chan struct{} // closed when run returns
+	rpcs sync.WaitGroup
 
 	// Owned by the run goroutine.
 	st  wakeState
 	ord wakeOrder
 }
+
+// preVoteBuffer is the capacity of preVoteCh: enough for every other voter
+// of any sane cluster to ask once between two looks of the waker.
+const preVoteBuffer = 16
 
 // newWaker registers the waker's pre-vote observer with r and starts its
 // goroutine. c is the Election's Config with defaults applied.
@@ -133,11 +174,12 @@ func newWaker(r *raft.Raft, c Config, addr string, inbox chan<- raft.RPC) *waker
 		log:       c.Logger,
 		id:        c.ID,
 		addr:      addr,
+		tr:        c.Transport,
 		ht:        c.HeartbeatTimeout,
 		et:        c.ElectionTimeout,
 		llt:       c.LeaderLeaseTimeout,
 		inbox:     inbox,
-		preVoteCh: make(chan raft.Observation, 1),
+		preVoteCh: make(chan raft.Observation, preVoteBuffer),
 		quit:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
@@ -151,11 +193,14 @@ func newWaker(r *raft.Raft, c Config, addr string, inbox chan<- raft.RPC) *waker
 }
 
 // stop deregisters the observer and ends the goroutine, cutting short a
-// dial or a wait in progress. Call it once.
+// probe or a wait in progress, and waits for announcements still in
+// flight (raft has closed the transport by then, which fails them). Call
+// it once.
 func (w *waker) stop() {
 	w.raft.DeregisterObserver(w.preVoteObs)
 	close(w.quit)
 	<-w.done
+	w.rpcs.Wait()
 }
 
 // wakeState is what the waker knows about the current silence of its
@@ -163,12 +208,22 @@ func (w *waker) stop() {
 type wakeState struct {
 	contact  time.Time // the LastContact this episode is about
 	leaderID raft.ServerID
+	place    place
 	probed   bool
 	refused  bool      // the leader's port refused a connection
 	peer     time.Time // a pre-vote request arrived (zero: none)
-	rank     int       // this node's place in the wake order
-	winner   int       // the place of the first follower that can win
-	woke     bool
+	// lost holds the voters that asked for a pre-vote after contact, in a
+	// term above this node's: each of them lost the leader too.
+	lost map[raft.ServerID]time.Time
+	woke bool
+}
+
+// place is this node's place in the wake order under a leader.
+type place struct {
+	voter  bool // this node is a voter (a non-voter never wakes raft)
+	rank   int  // among the voters other than the leader, by ID
+	winner int  // the rank of the first follower that can win
+	quorum int  // voters/2 + 1
 }
 
 // spread is the delay between consecutive followers' own wakes: above the
@@ -178,8 +233,8 @@ func (w *waker) spread() time.Duration {
 }
 
 // transferGap staggers the followers' transfer requests after a refused
-// dial. Each follower counts from its own last contact, and those differ by
-// up to HT/5 (spread covers that); on top, the first needs time to win
+// probe. Each follower counts from its own last contact, and those differ
+// by up to HT/5 (spread covers that); on top, the first needs time to win
 // (fsyncs of term and vote on both sides, two one-way delays) and be heard
 // from.
 func (w *waker) transferGap() time.Duration {
@@ -215,11 +270,8 @@ func (w *waker) run() {
 		case <-w.quit:
 			return
 		case <-t.C:
-		case <-w.preVoteCh:
-			if w.st.peer.IsZero() {
-				w.st.peer = time.Now()
-				w.log.Debug("wake: pre-vote request seen", "since-last-contact", time.Since(w.raft.LastContact()))
-			}
+		case o := <-w.preVoteCh:
+			w.preVote(o)
 			if !t.Stop() {
 				select {
 				case <-t.C:
@@ -228,6 +280,23 @@ func (w *waker) run() {
 			}
 		}
 		t.Reset(w.step())
+	}
+}
+
+// preVote records a pre-vote request raft was asked (admission.go let it
+// through only from a voter at its configured address).
+func (w *waker) preVote(o raft.Observation) {
+	req, _ := o.Data.(raft.RequestPreVoteRequest)
+	now := time.Now()
+	if w.st.peer.IsZero() {
+		w.st.peer = now
+		w.log.Debug("wake: pre-vote request seen", "from", string(req.ID), "since-last-contact", time.Since(w.raft.LastContact()))
+	}
+	if len(req.ID) > 0 && req.Term > w.raft.CurrentTerm() {
+		if w.st.lost == nil {
+			w.st.lost = make(map[raft.ServerID]time.Time)
+		}
+		w.st.lost[raft.ServerID(req.ID)] = now
 	}
 }
 
@@ -249,59 +318,81 @@ func (w *waker) step() time.Duration {
 	lc := w.raft.LastContact()
 	leaderAddr, leaderID := w.raft.LeaderWithID()
 	if lc.IsZero() || (leaderID == "" && st.contact.IsZero()) || leaderID == raft.ServerID(w.id) {
-		st.peer = time.Time{}
+		st.peer, st.lost = time.Time{}, nil
 		return ht / 4 // no leader heard of yet (raft's own timer handles a fresh start)
 	}
 	if leaderID != "" && leaderID != ord.leader {
 		// A new leader: find this node's place and let raft's own timer
-		// keep to it (see wakeOrder).
+		// keep to it (see wakeOrder). A non-voter keeps raft's own timing.
 		ord.leader = leaderID
-		ord.rank, ord.winner = w.rank(leaderID)
-		ord.heartbeat = ht + time.Duration(ord.rank)*w.spread()
+		ord.place = w.place(leaderID)
+		ord.heartbeat = ht
+		if ord.place.voter {
+			ord.heartbeat = ht + time.Duration(ord.place.rank)*w.spread()
+		}
 		w.setRaftHeartbeat(ord.heartbeat)
 	}
 	if !lc.Equal(st.contact) {
-		peer := st.peer
-		*st = wakeState{contact: lc, leaderID: leaderID}
+		peer, lost := st.peer, st.lost
+		*st = wakeState{contact: lc, leaderID: leaderID, place: ord.place}
+		if st.leaderID != ord.leader {
+			st.place = w.place(st.leaderID)
+		}
 		if peer.After(lc) {
 			st.peer = peer
 		}
+		for id, at := range lost {
+			if at.After(lc) {
+				if st.lost == nil {
+					st.lost = make(map[raft.ServerID]time.Time)
+				}
+				st.lost[id] = at
+			}
+		}
 	}
-	if st.woke {
-		return ht / 4 // raft was told; its own timers take it from here
+	if !st.place.voter || st.woke {
+		return ht / 4 // a non-voter never wakes raft; a woken raft's own timers take it from here
 	}
 	since := time.Since(lc)
 	probeAt := ht / 4
-	if since < probeAt && st.peer.IsZero() {
-		return probeAt - since
+	next := time.Duration(0) // 0: none yet
+	soonest := func(d time.Duration) {
+		if next == 0 || d < next {
+			next = d
+		}
 	}
-	if !st.probed {
+	if since < probeAt {
+		soonest(probeAt - since)
+	} else if !st.probed {
 		st.probed = true
-		if since >= probeAt {
-			st.refused = w.refused(string(leaderAddr))
-		}
-		st.rank, st.winner = ord.rank, ord.winner
-		if st.leaderID != ord.leader {
-			st.rank, st.winner = w.rank(st.leaderID)
+		st.refused = w.refused(string(leaderAddr))
+		if st.refused && st.place.rank < st.place.winner {
+			w.announce(st.leaderID)
 		}
 	}
-	if st.refused {
-		at := probeAt + time.Duration(st.rank)*w.transferGap()
-		if since < at {
-			return at - since
+	if st.refused && st.place.rank >= st.place.winner {
+		at := probeAt + time.Duration(st.place.rank-st.place.winner)*w.transferGap()
+		switch {
+		case 1+len(st.lost) < st.place.quorum:
+			// No evidence yet that a majority lost the leader: a pre-vote
+			// request brings step back.
+		case since < at:
+			soonest(at - since)
+		default:
+			st.woke = true
+			w.transferSelf(lc, len(st.lost))
+			return ht / 4
 		}
-		st.woke = true
-		w.transferSelf(lc)
-		return ht / 4
 	}
 	floor := w.llt
-	at := ht + time.Duration(st.rank)*w.spread()
+	at := ht + time.Duration(st.place.rank)*w.spread()
 	if !st.peer.IsZero() {
-		gap := time.Duration(max(st.rank-st.winner, 0)) * w.preVoteGap()
+		gap := time.Duration(max(st.place.rank-st.place.winner, 0)) * w.preVoteGap()
 		at = min(at, max(st.peer.Sub(lc), floor)+gap)
 	}
 	if since < at {
-		return at - since
+		soonest(at - since)
+		return next
 	}
 	st.woke = true
 	w.wakeRaft(lc, max(ord.heartbeat, ht))
@@ -312,8 +403,9 @@ func (w *waker) step() time.Duration {
 // TimeoutNow request a leader sends to the target of a leadership transfer:
 // raft becomes a candidate at once and its vote requests are marked as a
 // transfer. It does nothing unless raft is still a follower that has heard
-// nothing since lc.
-func (w *waker) transferSelf(lc time.Time) {
+// nothing since lc. lost is the number of other voters that lost the
+// leader too (for the log).
+func (w *waker) transferSelf(lc time.Time, lost int) {
 	if w.raft.State() != raft.Follower || !w.raft.LastContact().Equal(lc) {
 		return
 	}
@@ -327,10 +419,69 @@ func (w *waker) transferSelf(lc time.Time) {
 	}
 	select {
 	case w.inbox <- rpc:
-		w.log.Debug("wake: leader's port refused, asked raft to stand now", "since-last-contact", time.Since(lc))
+		w.log.Debug("wake: leader's port refused and a majority lost it, asked raft to stand now",
+			"since-last-contact", time.Since(lc), "other-voters-lost-it", lost)
 	case <-w.quit:
 	}
 }
+
+// announce tells every other voter but the silent leader that this node
+// lost it, with a RequestPreVote of its own (the request raft would send,
+// for the next term): raft answers it as any pre-vote and changes nothing,
+// and the receiving node's waker counts this node among those that lost
+// the leader. The requests are sent in the background; the answers do not
+// matter.
+func (w *waker) announce(leader raft.ServerID) {
+	f := w.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	var lastTerm uint64
+	if t, err := strconv.ParseUint(w.raft.Stats()["last_log_term"], 10, 64); err == nil {
+		lastTerm = t
+	}
+	req := &raft.RequestPreVoteRequest{
+		RPCHeader: raft.RPCHeader{
+			ProtocolVersion: raft.ProtocolVersionMax,
+			ID:              []byte(w.id),
+			Addr:            []byte(w.addr),
+		},
+		Term:         w.raft.CurrentTerm() + 1,
+		LastLogIndex: w.raft.LastIndex(),
+		LastLogTerm:  lastTerm,
+	}
+	var sent []string
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter || s.ID == leader || string(s.ID) == w.id {
+			continue
+		}
+		sent = append(sent, string(s.ID))
+		w.rpcs.Add(1)
+		go func() {
+			defer w.rpcs.Done()
+			// A pooled connection to a peer that restarted fails at once
+			// (raft's NetworkTransport reuses it unchecked, then drops
+			// it): try the next one, up to a fresh dial.
+			for range announceAttempts {
+				var resp raft.RequestPreVoteResponse
+				if err := w.tr.RequestPreVote(s.ID, s.Address, req, &resp); err == nil {
+					return
+				}
+				select {
+				case <-w.quit:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	w.log.Debug("wake: leader's port refused, told the other voters", "leader", string(leader), "to", sent)
+}
+
+// announceAttempts bounds the tries of one announcement: raft's
+// NetworkTransport pools up to 3 connections per peer (transport.DefaultMaxPool),
+// each of which may be dead, then dials.
+const announceAttempts = 4
 
 // wakeOrder is this follower's place in the wake order under its current
 // leader. raft's own follower timer would otherwise fire on any follower
@@ -341,9 +492,9 @@ func (w *waker) transferSelf(lc time.Time) {
 // second, and so on (ElectionTimeout raised with it where needed, as raft
 // requires ET >= HT) — and a leader runs with the configured one.
 type wakeOrder struct {
-	leader       raft.ServerID
-	rank, winner int
-	heartbeat    time.Duration // raft's HeartbeatTimeout for this place
+	leader    raft.ServerID
+	place     place
+	heartbeat time.Duration // raft's HeartbeatTimeout for this place
 }
 
 // setRaftHeartbeat sets raft's HeartbeatTimeout to d, and its
@@ -362,52 +513,78 @@ func (w *waker) setRaftHeartbeat(d time.Duration) {
 
 // rank returns this node's place among the voters other than the silent
 // leader, ordered by ID, and the place of the first of them that can win:
-// with the earlier ones it makes a quorum.
+// with the earlier ones it makes a quorum. A node that is not a voter has
+// no place: rank -1.
 func (w *waker) rank(leader raft.ServerID) (rank, winner int) {
+	p := w.place(leader)
+	if !p.voter {
+		return -1, p.winner
+	}
+	return p.rank, p.winner
+}
+
+// place computes this node's place under leader from raft's latest
+// configuration.
+func (w *waker) place(leader raft.ServerID) place {
 	f := w.raft.GetConfiguration()
 	if f.Error() != nil {
-		return 0, 0
+		return place{}
 	}
 	var ids []string
 	voters := 0
+	self := false
 	for _, s := range f.Configuration().Servers {
 		if s.Suffrage != raft.Voter {
 			continue
 		}
 		voters++
+		if string(s.ID) == w.id {
+			self = true
+		}
 		if s.ID != leader {
 			ids = append(ids, string(s.ID))
 		}
 	}
 	slices.Sort(ids)
-	rank = max(slices.Index(ids, w.id), 0)
-	winner = min(voters/2, len(ids)-1) // quorum voters/2+1, less this node
-	return rank, max(winner, 0)
+	p := place{voter: self, quorum: voters/2 + 1}
+	p.rank = max(slices.Index(ids, w.id), 0)
+	p.winner = max(min(voters/2, len(ids)-1), 0) // quorum voters/2+1, less this node
+	return p
 }
 
-// refused dials addr once and reports whether the connection was refused:
-// nothing listens there, so the leader's process is gone.
+// refused probes addr once, within HT/4, and reports whether the
+// connection was refused: nothing listens there for this node, or
+// something on the way rejects it.
 func (w *waker) refused(addr string) bool {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return false
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.ht/4)
 	defer cancel()
-	go func() { // stop cuts the dial short
+	go func() { // stop cuts the probe short
 		select {
 		case <-w.quit:
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err == nil {
-		_ = c.Close()
-		return false
+	err := errProbeUnsupported
+	if p, ok := w.tr.(transport.Prober); ok {
+		err = p.Probe(ctx, raft.ServerAddress(addr))
+	}
+	if errors.Is(err, errProbeUnsupported) || errors.Is(err, transport.ErrCannotProbe) {
+		// Not a transport that probes: dial host:port addresses directly.
+		if _, _, serr := net.SplitHostPort(addr); serr != nil {
+			return false
+		}
+		var d net.Dialer
+		var c net.Conn
+		if c, err = d.DialContext(ctx, "tcp", addr); err == nil {
+			_ = c.Close()
+		}
 	}
 	return errors.Is(err, syscall.ECONNREFUSED)
 }
+
+// errProbeUnsupported stands for a transport that is no transport.Prober.
+var errProbeUnsupported = errors.New("election: transport cannot probe")
 
 // wakeRaft makes raft's follower loop check its last contact now: it lowers
 // HeartbeatTimeout (which fires the follower's timer at once), waits until

@@ -32,6 +32,8 @@
 //   - A signing verifier refuses an unsigned token with [ErrUnsigned] and a
 //     token whose bytes were changed, or that was signed with another key, with
 //     [ErrBadSignature].
+//   - No valid Epoch has a term above [MaxTerm] (2^48): every decoder, codec
+//     and fence refuses one, so a forged huge term cannot lock a fence.
 //   - [Epoch.Compare] and [Epoch.IsZero] do not allocate.
 //
 // # Non-guarantees

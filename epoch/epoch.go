@@ -14,6 +14,20 @@ const MaxNameLen = 64
 // is refused before any parsing or cryptography.
 const MaxTokenLen = 1024
 
+// MaxTerm is the highest term a valid Epoch may carry: 2^48, about 2.8e14.
+//
+// Raft raises its term by one per election. A cluster that held an election
+// every 5 ms (hashicorp/raft's shortest timeout) without pause would need
+// about 45,000 years to reach MaxTerm; real clusters elect a few times a day.
+// Yet it is 2^15 times below 2^63, so a term never comes near what a signed
+// 64-bit integer (SQL BIGINT, most JSON consumers stop exactly at 2^53) or
+// uint64 arithmetic can hold. A term above it can only come from a forged or
+// corrupted message — one message with term 2^63 or 2^64−1 would otherwise
+// lock a fence against every real leader for good, or wrap the term to 0 —
+// so Validate refuses it, and with it Parse, the binary form, every codec
+// and every fence; package election refuses any Raft RPC that carries one.
+const MaxTerm uint64 = 1 << 48
+
 // binaryVersion is the first byte of the binary form.
 const binaryVersion = 1
 
@@ -54,11 +68,14 @@ func (e Epoch) Compare(o Epoch) int {
 // IsZero reports whether e is the zero Epoch.
 func (e Epoch) IsZero() bool { return e == Epoch{} }
 
-// Validate reports whether e is a well-formed epoch: Term above zero and both
-// names 1..64 bytes of [A-Za-z0-9._-]. The error wraps ErrMalformed.
+// Validate reports whether e is a well-formed epoch: Term in 1..MaxTerm and
+// both names 1..64 bytes of [A-Za-z0-9._-]. The error wraps ErrMalformed.
 func (e Epoch) Validate() error {
 	if e.Term == 0 {
 		return fmt.Errorf("%w: term is 0", ErrMalformed)
+	}
+	if e.Term > MaxTerm {
+		return fmt.Errorf("%w: term %d is above MaxTerm (%d)", ErrMalformed, e.Term, MaxTerm)
 	}
 	if err := ValidateName(e.Cluster); err != nil {
 		return fmt.Errorf("%w: cluster: %v", ErrMalformed, err)

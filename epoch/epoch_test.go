@@ -25,7 +25,11 @@ func TestValidate(t *testing.T) {
 	}{
 		{"simple", epoch.Epoch{"prod", 34, "node-b"}, true},
 		{"all charset", epoch.Epoch{"A-Za.z_09", 1, "x"}, true},
-		{"max names", epoch.Epoch{long, math.MaxUint64, long}, true},
+		{"max names and term", epoch.Epoch{long, epoch.MaxTerm, long}, true},
+		{"term above MaxTerm", epoch.Epoch{"prod", epoch.MaxTerm + 1, "a"}, false},
+		{"term 2^62", epoch.Epoch{"prod", 1 << 62, "a"}, false},
+		{"term 2^63", epoch.Epoch{"prod", 1 << 63, "a"}, false},
+		{"term 2^64-1", epoch.Epoch{"prod", math.MaxUint64, "a"}, false},
 		{"zero", epoch.Epoch{}, false},
 		{"term 0", epoch.Epoch{"prod", 0, "a"}, false},
 		{"empty cluster", epoch.Epoch{"", 1, "a"}, false},
@@ -78,7 +82,10 @@ func TestParse(t *testing.T) {
 		ok   bool
 	}{
 		{"prod/34/node-b", epoch.Epoch{"prod", 34, "node-b"}, true},
-		{"p/18446744073709551615/l", epoch.Epoch{"p", math.MaxUint64, "l"}, true},
+		{"p/281474976710656/l", epoch.Epoch{"p", epoch.MaxTerm, "l"}, true},
+		{"p/281474976710657/l", epoch.Epoch{}, false},
+		{"p/9223372036854775808/l", epoch.Epoch{}, false},
+		{"p/18446744073709551615/l", epoch.Epoch{}, false},
 		{"p/18446744073709551616/l", epoch.Epoch{}, false},
 		{"p/99999999999999999999/l", epoch.Epoch{}, false},
 		{"p/034/l", epoch.Epoch{}, false},
@@ -120,9 +127,9 @@ func randomEpoch(r *rand.Rand) epoch.Epoch {
 		}
 		return string(b)
 	}
-	term := r.Uint64() >> r.IntN(64)
-	if term == 0 {
-		term = 1
+	term := r.Uint64() >> (64 - 49 + r.IntN(49)) // 0..2^49-1
+	if term == 0 || term > epoch.MaxTerm {
+		term = 1 + term%epoch.MaxTerm
 	}
 	return epoch.Epoch{Cluster: name(), Term: term, Leader: name()}
 }

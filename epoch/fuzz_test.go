@@ -11,6 +11,7 @@ import (
 func FuzzParse(f *testing.F) {
 	f.Add("prod/34/node-b")
 	f.Add("p/18446744073709551615/l")
+	f.Add("p/281474976710656/l") // MaxTerm
 	f.Add("p/034/l")
 	f.Fuzz(func(t *testing.T, s string) {
 		e, err := epoch.Parse(s)

@@ -3,6 +3,9 @@ package epoch_test
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -201,6 +204,48 @@ func TestVerifyMalformed(t *testing.T) {
 			if !errors.Is(err, epoch.ErrMalformed) && !errors.Is(err, epoch.ErrBadSignature) && !errors.Is(err, epoch.ErrUnsigned) {
 				t.Errorf("%s: Verify(%.40q) = %v, want a package sentinel", name, in, err)
 			}
+		}
+	}
+}
+
+// TestSignedTermAboveMaxTerm: a token whose signature is valid but whose term
+// is above MaxTerm (made by a release without the bound, or with a leaked key)
+// is refused as malformed by every verifier, and no signer makes one.
+func TestSignedTermAboveMaxTerm(t *testing.T) {
+	pub, priv := edKey(t, 1)
+	h := mustHMAC(t, key32)
+	for _, term := range []uint64{epoch.MaxTerm + 1, 1 << 62, 1 << 63, 1<<64 - 1} {
+		huge := epoch.Epoch{Cluster: "prod", Term: term, Leader: "mallory"}
+		for name, s := range map[string]epoch.Signer{"plain": epoch.Plain(), "hmac": h, "ed25519": epoch.NewEd25519Signer(priv)} {
+			if tok, err := s.Sign(huge); !errors.Is(err, epoch.ErrMalformed) {
+				t.Errorf("%s: Sign(term %d) = %q, %v; want ErrMalformed", name, term, tok, err)
+			}
+		}
+		text := huge.String()
+		mac := hmac.New(sha256.New, key32)
+		mac.Write([]byte("tf1:hs256:" + text))
+		toks := map[string]struct {
+			v   epoch.Verifier
+			tok string
+		}{
+			"plain":   {epoch.Plain(), text},
+			"hmac":    {h, "tf1:hs256:" + text + ":" + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))},
+			"ed25519": {epoch.NewEd25519Verifier(pub), "tf1:ed25519:" + text + ":" + base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, []byte("tf1:ed25519:"+text)))},
+		}
+		for name, c := range toks {
+			if got, err := c.v.Verify(c.tok); !errors.Is(err, epoch.ErrMalformed) {
+				t.Errorf("%s: Verify(validly signed term %d) = %v, %v; want ErrMalformed", name, term, got, err)
+			}
+		}
+		// The same construction at MaxTerm verifies: the signatures above are right.
+		ok := epoch.Epoch{Cluster: "prod", Term: epoch.MaxTerm, Leader: "mallory"}.String()
+		mac = hmac.New(sha256.New, key32)
+		mac.Write([]byte("tf1:hs256:" + ok))
+		if _, err := h.Verify("tf1:hs256:" + ok + ":" + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))); err != nil {
+			t.Errorf("hmac: hand-signed MaxTerm token refused: %v", err)
+		}
+		if _, err := epoch.NewEd25519Verifier(pub).Verify("tf1:ed25519:" + ok + ":" + base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, []byte("tf1:ed25519:"+ok)))); err != nil {
+			t.Errorf("ed25519: hand-signed MaxTerm token refused: %v", err)
 		}
 	}
 }

@@ -2,6 +2,9 @@ package storageguard_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -60,7 +63,7 @@ func TestGuardForgedHugeTermDoesNotRaiseFence(t *testing.T) {
 		t.Fatalf("real leader: got %v ran=%v err=%v", got, ran, err)
 	}
 
-	huge := gtEp(1<<62, "mallory")
+	huge := gtEp(epoch.MaxTerm, "mallory")
 	otherKey := gtCodec(t, []byte("a different key that nobody shares!!"))
 	signedElsewhere := gtSign(t, otherKey, huge)
 	real := gtSign(t, codec, huge)
@@ -291,5 +294,33 @@ func TestGuardNilVerifierIsPlain(t *testing.T) {
 	// Plain authenticates nothing: an unsigned token is taken at its word.
 	if got, ran, err := gtWrite(g, "ledger", gtEp(1<<40, "anyone").String()); err != nil || !ran || got.Term != 1<<40 {
 		t.Fatalf("got %v ran=%v err=%v", got, ran, err)
+	}
+}
+
+// TestGuardRefusesTermAboveMaxTerm: a token whose signature is valid (made
+// with the right key by a release without the bound, or a leaked key) but
+// whose term is above epoch.MaxTerm is refused, with or without a
+// verifier, before the fence is touched.
+func TestGuardRefusesTermAboveMaxTerm(t *testing.T) {
+	text := gtEp(epoch.MaxTerm+1, "mallory").String()
+	mac := hmac.New(sha256.New, gtKey)
+	mac.Write([]byte("tf1:hs256:" + text))
+	signed := "tf1:hs256:" + text + ":" + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+	for name, cfg := range map[string]storageguard.GuardConfig{
+		"hmac":  {Cluster: "payments", Verifier: gtCodec(t, gtKey)},
+		"plain": {Cluster: "payments"},
+	} {
+		spy := gtSpy()
+		g := storageguard.NewGuard(spy, cfg)
+		tok := signed
+		if cfg.Verifier == nil {
+			tok = text
+		}
+		if _, ran, err := gtWrite(g, "ledger", tok); err == nil || ran || !errors.Is(err, epoch.ErrMalformed) {
+			t.Errorf("%s: term above MaxTerm: ran=%v err=%v, want ErrMalformed", name, ran, err)
+		}
+		if n := spy.Calls.Load(); n != 0 {
+			t.Errorf("%s: the fence was called %d times", name, n)
+		}
 	}
 }

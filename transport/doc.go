@@ -15,26 +15,58 @@
 //     Transport here, and heartbeats arrive on Consumer() like every other
 //     RPC. The cost: heartbeats wait behind raft's main-loop disk writes, so
 //     keep LeaderLeaseTimeout well above an fsync.
-//   - With Config.TLS from MutualTLS, both ends of every connection present
-//     a certificate that verifies against the cluster CA, or the connection
-//     is refused before any RPC is read: a node without such a certificate
-//     can neither vote, append entries, nor be replicated to.
+//   - With Config.TLS (build it with MutualTLS), both ends of every
+//     connection present a certificate that verifies against the cluster
+//     CA for both the server-auth and the client-auth usage and names
+//     exactly one Raft server ID (URI SAN urn:termfence:server:<ID>,
+//     ServerIDURIPrefix), or the connection is refused before any RPC is
+//     read: a client-only certificate from the cluster CA, one that names
+//     no server, or none at all can neither vote, append entries, send
+//     TimeoutNow, nor be replicated to. An inbound RPC whose header claims
+//     another server ID than its connection's certificate names is answered
+//     with ErrIdentityMismatch and never reaches raft; a dial reaches only
+//     the server raft meant (the peer's certificate must name it).
+//   - Inbound connections are bounded: at most Config.MaxInbound at once (a
+//     new one evicts first one still in its handshake, then one that has
+//     proven nothing, the longest idle first), HandshakeTimeout to finish
+//     the TLS handshake (plain TCP: to send a first byte), IdleTimeout
+//     without a byte, and each response write bounded by Timeout. A flood
+//     of idle or half-open connections costs the cluster no connection it
+//     has proven (TestInboundFloodKeepsCluster).
+//   - Outbound RPCs are hashicorp/raft's NetworkTransport's (wire format,
+//     pool, pipelining), except that a pooled connection the peer closed
+//     while it was unused is replaced before the next RPC is written on
+//     it, instead of failing that RPC.
 //   - NewTCP either returns a working transport or an error with nothing
 //     left listening. Close stops listening and closes every connection the
-//     transport accepted or dialled.
+//     transport accepted or dialled, and waits for its own goroutines.
 //   - Faulty's partitions are exact: once Isolate or Cut returns, no new RPC
 //     crosses the cut in either direction, and an outbound one fails at once
 //     with ErrPartitioned.
 //
 // # Non-guarantees
 //
-//   - Plain TCP (Config.TLS nil) has no authentication and no encryption:
-//     anyone who can reach the port can disrupt the cluster (for example by
-//     sending a higher term). Use it only on a trusted network.
-//   - MutualTLS identifies peers by CA, not by address or name: any
-//     certificate the CA signed is a peer. Use a CA per cluster. Certificate
-//     files are read once; rotating them needs a new transport (or your own
-//     tls.Config with GetCertificate).
+//   - Plain TCP (Config.TLS nil) has no authentication and no encryption.
+//     An RPC's server ID and address are claims anyone who can reach the
+//     port can make: package election refuses strangers and impossible
+//     terms, but not a stranger who claims a member's ID and address. Use
+//     it only on a trusted network.
+//   - Identity is the server ID in the certificate, not the address: a
+//     stolen member certificate and key is that member. Any peer
+//     certificate the CA signs names a server that may join if the leader
+//     adds it; use a CA per cluster. Certificate files are read once;
+//     rotating them needs a new transport (or your own tls.Config with
+//     GetCertificate).
+//   - An RPC's size is not bounded. A connection past the handshake (over
+//     plain TCP: anyone's) can send one AppendEntries as large as it likes;
+//     it is decoded in memory before package election can refuse it. A
+//     length it only claims costs nothing: the decoder allocates as bytes
+//     arrive, and a sender that stops is cut off after IdleTimeout
+//     (TestInboundMalformedFrames). A refused InstallSnapshot's data is
+//     never read: its connection is closed.
+//   - Eviction under MaxInbound can close a proven connection too, when
+//     every open connection is proven (more peers than the cap allows);
+//     its next RPC then dials again.
 //   - Cut knows an inbound RPC's sender only by its RPCHeader.Addr (raft
 //     always fills it); a hand-made RPC that names no sender passes a Cut,
 //     though not Isolate.

@@ -1,11 +1,13 @@
 package transport
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
 	"math/rand"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -25,7 +27,13 @@ import (
 //     addresses only. The sender of an inbound RPC is taken from its
 //     raft.RPCHeader.Addr, so a cut is bidirectional even when only one side
 //     is wrapped.
-//   - Heal undoes Isolate and every Cut (but not Delay or Drop).
+//   - Refuse(peers...) is a firewall that rejects: RPCs to and from the
+//     named peer addresses fail at once with an error wrapping
+//     syscall.ECONNREFUSED, and so does Probe of those addresses — the
+//     "connection refused" a process sees when nothing listens on a port or
+//     a firewall rejects with a TCP reset, simulated in the transport.
+//   - Heal undoes Isolate, every Cut and every Refuse (but not Delay or
+//     Drop).
 //   - Delay(d) makes each outbound RPC wait d before it is sent. Delay(0)
 //     turns it off.
 //   - Drop(p, seed) fails each outbound RPC with probability p, with
@@ -57,6 +65,7 @@ type Faulty struct {
 	mu       sync.Mutex
 	isolated bool
 	cut      map[raft.ServerAddress]struct{}
+	refused  map[raft.ServerAddress]struct{}
 	delay    time.Duration
 	dropP    float64
 	rng      *rand.Rand
@@ -66,10 +75,11 @@ type Faulty struct {
 // Faulty to raft, and Faulty.Close closes t.
 func NewFaulty(t Transport) *Faulty {
 	f := &Faulty{
-		inner: MainLoopOnly(t),
-		out:   make(chan raft.RPC),
-		done:  make(chan struct{}),
-		cut:   make(map[raft.ServerAddress]struct{}),
+		inner:   MainLoopOnly(t),
+		out:     make(chan raft.RPC),
+		done:    make(chan struct{}),
+		cut:     make(map[raft.ServerAddress]struct{}),
+		refused: make(map[raft.ServerAddress]struct{}),
 	}
 	f.wg.Add(1)
 	go f.forward()
@@ -93,12 +103,48 @@ func (f *Faulty) Cut(peers ...raft.ServerAddress) {
 	f.mu.Unlock()
 }
 
-// Heal undoes Isolate and every Cut. Delay and Drop stay as they are.
+// Refuse rejects every RPC between this node and each of peers, and every
+// Probe of them, with an error wrapping syscall.ECONNREFUSED, until Heal.
+// Refusals accumulate over calls.
+func (f *Faulty) Refuse(peers ...raft.ServerAddress) {
+	f.mu.Lock()
+	for _, p := range peers {
+		f.refused[p] = struct{}{}
+	}
+	f.mu.Unlock()
+}
+
+// Heal undoes Isolate, every Cut and every Refuse. Delay and Drop stay as
+// they are.
 func (f *Faulty) Heal() {
 	f.mu.Lock()
 	f.isolated = false
 	clear(f.cut)
+	clear(f.refused)
 	f.mu.Unlock()
+}
+
+// refusedErr is the error of a refused RPC or probe between a and b.
+func refusedErr(a, b raft.ServerAddress) error {
+	return fmt.Errorf("transport: %s -> %s: %w", a, b, syscall.ECONNREFUSED)
+}
+
+// isRefused reports whether peer is refused.
+func (f *Faulty) isRefused(peer raft.ServerAddress) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.refused[peer]
+	return ok
+}
+
+// Probe implements Prober: a refused peer gives an error wrapping
+// syscall.ECONNREFUSED, any other address is probed by the wrapped
+// transport (ErrCannotProbe for an in-memory one).
+func (f *Faulty) Probe(ctx context.Context, addr raft.ServerAddress) error {
+	if f.isRefused(addr) {
+		return refusedErr(f.inner.LocalAddr(), addr)
+	}
+	return f.inner.(Prober).Probe(ctx, addr) // inner is a mainLoopOnly
 }
 
 // Delay makes every outbound RPC wait d before it is sent; d <= 0 removes the
@@ -145,13 +191,16 @@ func (f *Faulty) outbound(target raft.ServerAddress) error {
 	}
 	f.mu.Lock()
 	_, cut := f.cut[target]
+	_, refused := f.refused[target]
 	blocked := f.isolated || cut
-	drop := !blocked && f.dropP > 0 && f.rng.Float64() < f.dropP
+	drop := !blocked && !refused && f.dropP > 0 && f.rng.Float64() < f.dropP
 	delay := f.delay
 	f.mu.Unlock()
 	switch {
 	case blocked:
 		return fmt.Errorf("%w: %s -> %s", ErrPartitioned, f.inner.LocalAddr(), target)
+	case refused:
+		return refusedErr(f.inner.LocalAddr(), target)
 	case drop:
 		return fmt.Errorf("%w: %s -> %s", ErrDropped, f.inner.LocalAddr(), target)
 	}
@@ -183,6 +232,9 @@ func (f *Faulty) forward() {
 			// An RPC whose sender is unknown ("") still meets Isolate.
 			if from := sender(rpc.Command); f.partitioned(from) {
 				refuse(rpc, fmt.Errorf("%w: %s -> %s", ErrPartitioned, from, f.inner.LocalAddr()))
+				continue
+			} else if f.isRefused(from) {
+				refuse(rpc, refusedErr(from, f.inner.LocalAddr()))
 				continue
 			}
 			select {

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"io"
 
 	"github.com/hashicorp/raft"
@@ -94,3 +95,7 @@ func (i *Inmem) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *ra
 // Close disconnects i from all peers (outbound). It starts no goroutines, so
 // there is nothing else to stop.
 func (i *Inmem) Close() error { return i.t.Close() }
+
+// Probe implements Prober: an in-memory transport has no connections to
+// refuse, so it always returns ErrCannotProbe.
+func (i *Inmem) Probe(context.Context, raft.ServerAddress) error { return ErrCannotProbe }

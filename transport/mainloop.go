@@ -1,6 +1,10 @@
 package transport
 
-import "github.com/hashicorp/raft"
+import (
+	"context"
+
+	"github.com/hashicorp/raft"
+)
 
 // MainLoopOnly returns t with raft's heartbeat fast path switched off: its
 // SetHeartbeatHandler does nothing and passes nothing on, so raft receives
@@ -40,3 +44,12 @@ type mainLoopOnly struct{ Transport }
 
 // SetHeartbeatHandler ignores cb and does not pass it on (see MainLoopOnly).
 func (mainLoopOnly) SetHeartbeatHandler(func(raft.RPC)) {}
+
+// Probe implements Prober by asking the wrapped transport; one that cannot
+// probe gives ErrCannotProbe.
+func (m mainLoopOnly) Probe(ctx context.Context, addr raft.ServerAddress) error {
+	if p, ok := m.Transport.(Prober); ok {
+		return p.Probe(ctx, addr)
+	}
+	return ErrCannotProbe
+}

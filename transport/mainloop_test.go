@@ -97,7 +97,7 @@ func TestNoHeartbeatFastPath(t *testing.T) {
 			return newTestTCP(t, Config{}), newTestTCP(t, Config{})
 		}},
 		{"NewTCP with TLS", func(t *testing.T) (raft.Transport, raft.Transport) {
-			return tlsTCP(t, "b"), tlsTCP(t, "a")
+			return tlsTCP(t, "b"), tlsTCP(t, "sender")
 		}},
 		{"NewInmem", func(t *testing.T) (raft.Transport, raft.Transport) {
 			a, b := connectedInmem()
@@ -107,7 +107,7 @@ func TestNoHeartbeatFastPath(t *testing.T) {
 			return newTestFaulty(t, newTestTCP(t, Config{})), newTestTCP(t, Config{})
 		}},
 		{"NewFaulty(NewTCP with TLS)", func(t *testing.T) (raft.Transport, raft.Transport) {
-			return newTestFaulty(t, tlsTCP(t, "b")), tlsTCP(t, "a")
+			return newTestFaulty(t, tlsTCP(t, "b")), tlsTCP(t, "sender")
 		}},
 		{"NewFaulty(NewInmem)", func(t *testing.T) (raft.Transport, raft.Transport) {
 			a, b := connectedInmem()

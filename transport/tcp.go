@@ -3,28 +3,32 @@ package transport
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/raft"
 )
 
-// tcpTransport is a raft.NetworkTransport over streamLayer. It has
-// NetworkTransport's heartbeat fast path; NewTCP hands it out only through
-// MainLoopOnly, which switches that off.
+// tcpTransport is the Transport NewTCP builds: raft's NetworkTransport for
+// every outbound RPC (over dialLayer, outbound.go), and an inbound server
+// of its own (inbound.go) that accepts, limits and serves connections and
+// feeds their RPCs to Consumer.
 type tcpTransport struct {
-	*raft.NetworkTransport
-	stream *streamLayer
+	out      *raft.NetworkTransport
+	dial     *dialLayer
+	in       *inbound
+	localID  string // the server ID the TLS certificate names ("" for plain TCP)
+	closeErr error
+	once     sync.Once
 }
 
-// NewTCP listens on bind and returns a Transport built on
-// raft.NetworkTransport, with the heartbeat fast path switched off
-// (MainLoopOnly).
+// NewTCP listens on bind and returns a Transport for raft over TCP, with
+// the heartbeat fast path switched off (MainLoopOnly).
 //
 // advertise is the address peers use to reach this node ("host:port"); it is
 // resolved once to check it is usable (an unspecified IP such as 0.0.0.0, a
@@ -32,8 +36,14 @@ type tcpTransport struct {
 // is kept as given, so peers resolve it themselves. If advertise is empty the
 // listener's address is used, which must then have a specific IP.
 //
-// With cfg.TLS set, every inbound and outbound connection is TLS; see
-// MutualTLS. On any error nothing is left listening.
+// Outbound RPCs go through hashicorp/raft's NetworkTransport, so the wire
+// format, connection pool and pipelining are raft's. Inbound connections
+// are capped (Config.MaxInbound), bounded in their handshake
+// (HandshakeTimeout) and idle time (IdleTimeout), and each is served by a
+// NetworkTransport of its own, so that its RPCs can be tied to the
+// connection they came on. With cfg.TLS set every connection is mutual TLS
+// bound to server IDs: see MutualTLS and Config.TLS. On any error nothing
+// is left listening.
 func NewTCP(bind, advertise string, cfg Config) (Transport, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -65,22 +75,121 @@ func NewTCP(bind, advertise string, cfg Config) (Transport, error) {
 		adv = ln.Addr()
 	}
 
-	s := &streamLayer{
-		ln:        ln,
-		advertise: adv,
-		timeout:   c.Timeout,
-		conns:     make(map[*trackedConn]struct{}),
+	t := &tcpTransport{dial: newDialLayer(adv, c)}
+	if c.TLS != nil && len(c.TLS.Certificates) > 0 {
+		t.localID, _ = ServerIDFromCertificate(leafOf(c.TLS.Certificates[0])) // checked by Validate
 	}
-	if c.TLS != nil {
-		s.tls = c.TLS.Clone()
-	}
-	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  s,
+	t.out = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  t.dial,
 		MaxPool: c.MaxPool,
 		Timeout: c.Timeout,
 		Logger:  c.Logger,
 	})
-	return MainLoopOnly(&tcpTransport{NetworkTransport: nt, stream: s}), nil
+	t.in = newInbound(ln, c)
+	return MainLoopOnly(t), nil
+}
+
+// leafOf returns cert's parsed leaf, or nil.
+func leafOf(cert tls.Certificate) *x509.Certificate {
+	if cert.Leaf != nil {
+		return cert.Leaf
+	}
+	if len(cert.Certificate) == 0 {
+		return nil
+	}
+	leaf, _ := x509.ParseCertificate(cert.Certificate[0])
+	return leaf
+}
+
+// LocalServerID returns the server ID that t's TLS certificate names, if t
+// is (or wraps, through MainLoopOnly or NewFaulty) a transport from NewTCP
+// with TLS; otherwise "". package election refuses a Config whose ID is
+// another: every peer would refuse its RPCs.
+func LocalServerID(t raft.Transport) string {
+	for {
+		switch x := t.(type) {
+		case mainLoopOnly:
+			t = x.Transport
+		case *Faulty:
+			t = x.inner
+		case *tcpTransport:
+			return x.localID
+		default:
+			return ""
+		}
+	}
+}
+
+// Consumer implements raft.Transport: the RPCs of every inbound
+// connection.
+func (t *tcpTransport) Consumer() <-chan raft.RPC { return t.in.consumer }
+
+// LocalAddr implements raft.Transport: the advertise address.
+func (t *tcpTransport) LocalAddr() raft.ServerAddress {
+	return raft.ServerAddress(t.dial.advertise.String())
+}
+
+// AppendEntriesPipeline implements raft.Transport.
+func (t *tcpTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	return t.out.AppendEntriesPipeline(id, tagTarget(id, target))
+}
+
+// AppendEntries implements raft.Transport.
+func (t *tcpTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	return t.out.AppendEntries(id, tagTarget(id, target), args, resp)
+}
+
+// RequestVote implements raft.Transport.
+func (t *tcpTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	return t.out.RequestVote(id, tagTarget(id, target), args, resp)
+}
+
+// RequestPreVote implements raft.WithPreVote.
+func (t *tcpTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return t.out.RequestPreVote(id, tagTarget(id, target), args, resp)
+}
+
+// InstallSnapshot implements raft.Transport.
+func (t *tcpTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	return t.out.InstallSnapshot(id, tagTarget(id, target), args, resp, data)
+}
+
+// TimeoutNow implements raft.Transport.
+func (t *tcpTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	return t.out.TimeoutNow(id, tagTarget(id, target), args, resp)
+}
+
+// EncodePeer implements raft.Transport: the address as bytes.
+func (t *tcpTransport) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte {
+	return []byte(addr)
+}
+
+// DecodePeer implements raft.Transport.
+func (t *tcpTransport) DecodePeer(buf []byte) raft.ServerAddress { return raft.ServerAddress(buf) }
+
+// SetHeartbeatHandler implements raft.Transport and does nothing: inbound
+// RPCs, heartbeats included, are delivered on Consumer (NewTCP hands the
+// transport out through MainLoopOnly anyway).
+func (t *tcpTransport) SetHeartbeatHandler(func(raft.RPC)) {}
+
+// Close stops listening, closes every inbound and outbound connection and
+// waits for the transport's own goroutines. Later calls return the first
+// call's result.
+func (t *tcpTransport) Close() error {
+	t.once.Do(func() {
+		t.closeErr = errors.Join(t.in.close(), t.out.Close())
+	})
+	return t.closeErr
+}
+
+// Probe implements Prober: it opens a TCP connection to addr with the
+// configured dialer and closes it at once.
+func (t *tcpTransport) Probe(ctx context.Context, addr raft.ServerAddress) error {
+	c, err := dialWith(ctx, t.dial.dial, string(addr))
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // advertiseAddr is an advertise address kept as text (a host name stays a
@@ -128,159 +237,4 @@ func checkAdvertisable(a net.Addr) error {
 		return errors.New("port 0")
 	}
 	return nil
-}
-
-// streamLayer is the raft.StreamLayer of NewTCP: TCP, optionally TLS. It keeps
-// track of every connection it accepted or dialled, so that Close (called by
-// NetworkTransport.Close) leaves no connection and no connection goroutine
-// behind.
-type streamLayer struct {
-	ln        net.Listener
-	advertise net.Addr
-	tls       *tls.Config // nil: plain TCP
-	timeout   time.Duration
-
-	mu     sync.Mutex
-	conns  map[*trackedConn]struct{}
-	closed bool
-}
-
-var _ raft.StreamLayer = (*streamLayer)(nil)
-
-func (s *streamLayer) Accept() (net.Conn, error) {
-	c, err := s.ln.Accept()
-	if err != nil {
-		return nil, err
-	}
-	if s.tls != nil {
-		c = &serverTLSConn{Conn: tls.Server(c, s.tls), timeout: s.timeout}
-	}
-	return s.track(c)
-}
-
-func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	if timeout <= 0 {
-		timeout = s.timeout
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", string(address))
-	if err != nil {
-		return nil, err
-	}
-	if s.tls != nil {
-		cfg := s.tls
-		if cfg.ServerName == "" {
-			if host, _, err := net.SplitHostPort(string(address)); err == nil {
-				cfg = cfg.Clone()
-				cfg.ServerName = host
-			}
-		}
-		tc := tls.Client(c, cfg)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			_ = c.Close()
-			return nil, fmt.Errorf("transport: tls handshake with %s: %w", address, err)
-		}
-		c = tc
-	}
-	return s.track(c)
-}
-
-func (s *streamLayer) track(c net.Conn) (net.Conn, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		_ = c.Close()
-		return nil, raft.ErrTransportShutdown
-	}
-	tc := &trackedConn{Conn: c, s: s}
-	s.conns[tc] = struct{}{}
-	return tc, nil
-}
-
-func (s *streamLayer) untrack(c *trackedConn) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-}
-
-// Close stops listening and closes every connection still open.
-func (s *streamLayer) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	conns := make([]*trackedConn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	err := s.ln.Close()
-	for _, c := range conns {
-		_ = c.Close()
-	}
-	return err
-}
-
-func (s *streamLayer) Addr() net.Addr { return s.advertise }
-
-// open reports how many connections are open.
-func (s *streamLayer) open() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
-
-type trackedConn struct {
-	net.Conn
-	s    *streamLayer
-	once sync.Once
-}
-
-func (c *trackedConn) Close() error {
-	var err error
-	c.once.Do(func() {
-		c.s.untrack(c)
-		err = c.Conn.Close()
-	})
-	return err
-}
-
-// serverTLSConn completes the TLS handshake, bounded by timeout, before the
-// first read or write, so a peer that connects and never handshakes cannot
-// hold a connection goroutine for ever.
-type serverTLSConn struct {
-	*tls.Conn
-	timeout time.Duration
-	done    atomic.Bool
-}
-
-func (c *serverTLSConn) handshake() error {
-	if c.done.Load() {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	if err := c.Conn.HandshakeContext(ctx); err != nil {
-		return fmt.Errorf("transport: tls handshake with %s: %w", c.RemoteAddr(), err)
-	}
-	c.done.Store(true)
-	return nil
-}
-
-func (c *serverTLSConn) Read(b []byte) (int, error) {
-	if err := c.handshake(); err != nil {
-		return 0, err
-	}
-	return c.Conn.Read(b)
-}
-
-func (c *serverTLSConn) Write(b []byte) (int, error) {
-	if err := c.handshake(); err != nil {
-		return 0, err
-	}
-	return c.Conn.Write(b)
 }

@@ -123,11 +123,12 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = tr.Close()
-	if cfg != (Config{}) {
+	if cfg.MaxPool != 0 || cfg.Timeout != 0 || cfg.Logger != nil || cfg.MaxInbound != 0 || cfg.HandshakeTimeout != 0 || cfg.IdleTimeout != 0 || cfg.Dial != nil || cfg.TLS != nil {
 		t.Fatalf("NewTCP wrote defaults into the caller's Config: %+v", cfg)
 	}
 	c := Config{}.withDefaults()
-	if c.MaxPool != DefaultMaxPool || c.Timeout != DefaultTimeout || c.Logger == nil {
+	if c.MaxPool != DefaultMaxPool || c.Timeout != DefaultTimeout || c.Logger == nil || c.MaxInbound != DefaultMaxInbound ||
+		c.HandshakeTimeout != DefaultHandshakeTimeout || c.IdleTimeout != DefaultIdleTimeout {
 		t.Fatalf("defaults = %+v", c)
 	}
 }

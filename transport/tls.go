@@ -3,36 +3,50 @@ package transport
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"os"
-	"time"
 )
 
 // MutualTLS reads a node's PEM certificate and key and the cluster's PEM CA
 // bundle, and returns a TLS configuration for Config.TLS under which both
-// ends of every connection must present a certificate signed by that CA:
+// ends of every connection must present a certificate signed by that CA
+// that names the Raft server it speaks for:
 //
-//   - accepting: tls.RequireAndVerifyClientCert against the CA, with the
-//     client-auth extended key usage;
-//   - dialling: the peer's chain is verified against the CA, with the
-//     server-auth extended key usage, in VerifyConnection;
+//   - the certificate carries exactly one URI SAN urn:termfence:server:<ID>
+//     (ServerIDURIPrefix) and both the server-auth and the client-auth
+//     extended key usages (a node dials and accepts), or it is no peer: a
+//     client-only certificate from the same CA cannot vote, append, send
+//     TimeoutNow or join;
+//   - the chain of the peer's certificate is verified against the CA for
+//     both usages, in both directions, during the handshake
+//     (VerifyConnection), so a peer without such a certificate gets a TLS
+//     alert before any RPC is read;
 //   - TLS 1.3 only.
 //
-// Peer identity is cluster membership, not an address: the dialled host name
-// or IP is not matched against the peer certificate's names, because Raft
-// nodes are often addressed by IP and certificates are often issued per node
-// name. Any certificate the CA signed (and that is within its validity
-// period) is accepted as a peer, so use a CA dedicated to the cluster, and
-// give node certificates both the server-auth and client-auth extended key
-// usages. To verify host names instead, build your own tls.Config with
-// RootCAs and leave ServerName empty: NewTCP then sets ServerName to the
-// dialled host.
+// Identity is the server ID, not an address: the dialled host name or IP
+// is not matched against the certificate (Raft nodes are often addressed by
+// IP). NewTCP binds the ID to the traffic: an inbound RPC may only claim
+// the server ID its connection's certificate names, and a dialled peer must
+// present the certificate of the server raft meant to reach. So a node's
+// own certificate must name its own server ID (election.Config.ID).
+//
+// To issue such certificates with openssl (a CA for this cluster only, then
+// one certificate per node; TestOpenSSLRecipe runs these very lines):
+//
+//	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 365 \
+//	  -subj "/CN=raft CA" -keyout ca.key -out ca.crt
+//	for id in n1 n2 n3; do
+//	  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+//	    -subj "/CN=$id" -keyout $id.key -out $id.csr
+//	  openssl x509 -req -in $id.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -out $id.crt \
+//	    -extfile <(printf "subjectAltName=URI:urn:termfence:server:$id\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=digitalSignature")
+//	done
 //
 // The files are read once. MutualTLS fails with an error wrapping
 // ErrCertificate if a file cannot be read or parsed, the key does not match
-// the certificate, or the certificate does not verify against the CA now
-// (wrong CA, expired, not yet valid).
+// the certificate, the certificate does not verify against the CA now
+// (wrong CA, expired, not yet valid), or it names no usable server identity
+// (the error then also wraps ErrNoIdentity).
 func MutualTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 	certPEM, err := os.ReadFile(certFile)
 	if err != nil {
@@ -60,18 +74,14 @@ func MutualTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrCertificate, certFile, err)
 		}
 	}
-	inter := x509.NewCertPool()
+	var chain []*x509.Certificate
 	for _, der := range pair.Certificate[1:] {
 		if c, err := x509.ParseCertificate(der); err == nil {
-			inter.AddCert(c)
+			chain = append(chain, c)
 		}
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{
-		Roots:         pool,
-		Intermediates: inter,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}); err != nil {
-		return nil, fmt.Errorf("%w: %s does not verify against %s: %w", ErrCertificate, certFile, caFile, err)
+	if _, err := verifyPeer(tls.ConnectionState{PeerCertificates: append([]*x509.Certificate{leaf}, chain...)}, pool); err != nil {
+		return nil, fmt.Errorf("%w: %s against %s: %w", ErrCertificate, certFile, caFile, err)
 	}
 
 	return &tls.Config{
@@ -82,40 +92,11 @@ func MutualTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 		RootCAs:      pool,
 		// crypto/tls's own client-side verification would also match the
 		// dialled host against the certificate's names; VerifyConnection
-		// below verifies the chain against the CA instead (see above).
+		// below verifies the chain and the identity instead (see above).
 		InsecureSkipVerify: true, //nolint:gosec // chain verified in VerifyConnection
-		VerifyConnection:   verifyPeerChain(pool),
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			_, err := verifyPeer(cs, pool)
+			return err
+		},
 	}, nil
-}
-
-// errNoPeerCertificate is wrapped when a peer presents no certificate.
-var errNoPeerCertificate = errors.New("transport: peer presented no certificate")
-
-// verifyPeerChain accepts a connection only if the peer's certificate chain
-// verifies against roots. On the accepting side crypto/tls has already done
-// so (RequireAndVerifyClientCert fills VerifiedChains); on the dialling side
-// it is done here, without host name matching.
-func verifyPeerChain(roots *x509.CertPool) func(tls.ConnectionState) error {
-	return func(cs tls.ConnectionState) error {
-		if len(cs.VerifiedChains) > 0 {
-			return nil
-		}
-		if len(cs.PeerCertificates) == 0 {
-			return errNoPeerCertificate
-		}
-		inter := x509.NewCertPool()
-		for _, c := range cs.PeerCertificates[1:] {
-			inter.AddCert(c)
-		}
-		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-			Roots:         roots,
-			Intermediates: inter,
-			CurrentTime:   time.Now(),
-			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		})
-		if err != nil {
-			return fmt.Errorf("transport: peer certificate: %w", err)
-		}
-		return nil
-	}
 }

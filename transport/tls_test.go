@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -68,10 +69,33 @@ func newCA(t testing.TB, name string) *testCA {
 	return &testCA{cert: cert, key: key, pemFile: writePEM(t, t.TempDir(), name+"-ca.pem", "CERTIFICATE", der), pool: pool}
 }
 
-// issue creates a node certificate valid from notBefore to notAfter, with
-// both server- and client-auth usages and no subject alternative names (the
-// transport does not match host names), and returns its cert and key files.
+// certSpec describes a certificate to issue.
+type certSpec struct {
+	name                string // common name and file name
+	notBefore, notAfter time.Time
+	ids                 []string // server IDs to name in URI SANs
+	eku                 []x509.ExtKeyUsage
+}
+
+// issue creates a node certificate for server name valid from notBefore to
+// notAfter, with both server- and client-auth usages and the URI SAN that
+// names the server (no DNS or IP names: the transport does not match host
+// names), and returns its cert and key files.
 func (ca *testCA) issue(t testing.TB, name string, notBefore, notAfter time.Time) (certFile, keyFile string) {
+	t.Helper()
+	return ca.issueSpec(t, certSpec{name: name, notBefore: notBefore, notAfter: notAfter, ids: []string{name},
+		eku: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}})
+}
+
+// clientOnly issues what an operator's curl certificate is: signed by the
+// cluster CA, client-auth only; it names server name all the same.
+func (ca *testCA) clientOnly(t testing.TB, name string) (certFile, keyFile string) {
+	t.Helper()
+	return ca.issueSpec(t, certSpec{name: name, notBefore: time.Now().Add(-time.Hour), notAfter: time.Now().Add(time.Hour),
+		ids: []string{name}, eku: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+}
+
+func (ca *testCA) issueSpec(t testing.TB, c certSpec) (certFile, keyFile string) {
 	t.Helper()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -79,11 +103,18 @@ func (ca *testCA) issue(t testing.TB, name string, notBefore, notAfter time.Time
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: nextSerial(),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
+		Subject:      pkix.Name{CommonName: c.name},
+		NotBefore:    c.notBefore,
+		NotAfter:     c.notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  c.eku,
+	}
+	for _, id := range c.ids {
+		u, err := url.Parse(ServerIDURIPrefix + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = append(tmpl.URIs, u)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key)
 	if err != nil {
@@ -94,7 +125,7 @@ func (ca *testCA) issue(t testing.TB, name string, notBefore, notAfter time.Time
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	return writePEM(t, dir, name+".pem", "CERTIFICATE", der), writePEM(t, dir, name+"-key.pem", "PRIVATE KEY", pkcs8)
+	return writePEM(t, dir, c.name+".pem", "CERTIFICATE", der), writePEM(t, dir, c.name+"-key.pem", "PRIVATE KEY", pkcs8)
 }
 
 func (ca *testCA) valid(t testing.TB, name string) (string, string) {
@@ -126,26 +157,57 @@ func intruderTLS(cert *tls.Certificate) *tls.Config {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true} //nolint:gosec // the intruder
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
-	} else {
-		// Present no certificate, but pass Config.Validate.
-		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return &tls.Certificate{}, nil
-		}
 	}
 	return cfg
 }
 
+// intruderLayer is an intruder's raft.StreamLayer: it dials with its own
+// TLS configuration (plain TCP if nil) and accepts on a loopback listener
+// with the same.
+type intruderLayer struct {
+	net.Listener
+	cfg *tls.Config
+}
+
+func (l *intruderLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	if l.cfg == nil {
+		return d.Dial("tcp", string(addr))
+	}
+	return tls.DialWithDialer(d, "tcp", string(addr), l.cfg)
+}
+
+// newIntruder returns a raw hashicorp/raft NetworkTransport that speaks TLS
+// with cfg (plain TCP if nil): what an attacker would run.
+func newIntruder(t *testing.T, cfg *tls.Config) *raft.NetworkTransport {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l net.Listener = ln
+	if cfg != nil {
+		l = tls.NewListener(ln, cfg)
+	}
+	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: &intruderLayer{Listener: l, cfg: cfg}, MaxPool: 1, Timeout: 2 * time.Second, Logger: quietLogger(),
+	})
+	t.Cleanup(func() { _ = nt.Close() })
+	return nt
+}
+
 // attack sends a vote, a pre-vote and an AppendEntries with a much higher
-// term from tr to n. Any one of them reaching raft would change n's term.
-func attack(tr Transport, n *node, term uint64) []error {
-	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("intruder"), Addr: []byte(tr.LocalAddr())}
+// term from tr to n, claiming to be server claim. Any one of them reaching
+// raft would change n's term.
+func attack(tr raft.Transport, n *node, term uint64, claim string) []error {
+	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(claim), Addr: []byte(tr.LocalAddr())}
 	var ar raft.AppendEntriesResponse
 	var vr raft.RequestVoteResponse
 	var pr raft.RequestPreVoteResponse
 	return []error{
 		tr.AppendEntries(n.id, n.addr, &raft.AppendEntriesRequest{RPCHeader: hdr, Term: term + 10}, &ar),
 		tr.RequestVote(n.id, n.addr, &raft.RequestVoteRequest{RPCHeader: hdr, Term: term + 10, LastLogIndex: 1 << 40, LastLogTerm: term + 10}, &vr),
-		tr.RequestPreVote(n.id, n.addr, &raft.RequestPreVoteRequest{RPCHeader: hdr, Term: term + 10, LastLogIndex: 1 << 40, LastLogTerm: term + 10}, &pr),
+		tr.(raft.WithPreVote).RequestPreVote(n.id, n.addr, &raft.RequestPreVoteRequest{RPCHeader: hdr, Term: term + 10, LastLogIndex: 1 << 40, LastLogTerm: term + 10}, &pr),
 	}
 }
 
@@ -164,12 +226,15 @@ func checkUnchanged(t *testing.T, nodes []*node, leader *node, term uint64) {
 	}
 }
 
-// TestTLSClusterRefusesIntruders runs a three-node cluster over mutual TLS
-// and shows that a node without a certificate, with one from another CA, with
-// an expired one, or without TLS at all cannot vote, append or join: its RPCs
-// fail and the cluster's leader and term stay. The last subtest is the
-// control: a node with a valid certificate sending the same RPCs does move
-// the cluster's term.
+// TestTLSClusterRefusesIntruders runs a three-node raw raft cluster over
+// mutual TLS and shows that an intruder without a certificate, with one from
+// another CA, an expired one, a client-only one from the cluster CA (an
+// operator's curl certificate), one that names no server, or without TLS at
+// all cannot vote, append or join: its RPCs fail and the cluster's leader
+// and term stay. A peer with a valid certificate for server "n9" cannot
+// claim to be another server. The last subtest is the control: the same
+// peer, claiming to be n9, does move the cluster's term (this raw raft
+// cluster has no admission layer; package election's refuses it).
 func TestTLSClusterRefusesIntruders(t *testing.T) {
 	ca := newCA(t, "cluster")
 	nodes := startCluster(t, stable,
@@ -186,26 +251,46 @@ func TestTLSClusterRefusesIntruders(t *testing.T) {
 	otherPair := loadPair(t, oc, ok)
 	ec, ek := ca.issue(t, "expired", time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour))
 	expiredPair := loadPair(t, ec, ek)
+	cc, ck := ca.clientOnly(t, "operator")
+	clientPair := loadPair(t, cc, ck)
+	nc, nk := ca.issueSpec(t, certSpec{name: "anonymous", notBefore: time.Now().Add(-time.Hour), notAfter: time.Now().Add(time.Hour),
+		eku: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}})
+	noIDPair := loadPair(t, nc, nk)
+	twoc, twok := ca.issueSpec(t, certSpec{name: "two", notBefore: time.Now().Add(-time.Hour), notAfter: time.Now().Add(time.Hour),
+		ids: []string{"n1", "n9"}, eku: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}})
+	twoPair := loadPair(t, twoc, twok)
+	pc, pk := ca.valid(t, "n9")
+	peerPair := loadPair(t, pc, pk)
 	intruders := []struct {
-		name string
-		cfg  *tls.Config
+		name  string
+		cfg   *tls.Config
+		claim string
+		peer  bool // the certificate is a valid peer's (n9): the join is the control's
 	}{
-		{"no certificate", intruderTLS(nil)},
-		{"other CA", intruderTLS(&otherPair)},
-		{"expired", intruderTLS(&expiredPair)},
-		{"plain TCP", nil},
+		{"no certificate", intruderTLS(nil), "intruder", false},
+		{"other CA", intruderTLS(&otherPair), "other", false},
+		{"expired", intruderTLS(&expiredPair), "expired", false},
+		{"client-only certificate from the cluster CA", intruderTLS(&clientPair), "operator", false},
+		{"certificate naming no server", intruderTLS(&noIDPair), "anonymous", false},
+		{"certificate naming two servers", intruderTLS(&twoPair), "n1", false},
+		{"plain TCP", nil, "intruder", false},
+		{"certificate for n9 claiming the leader", intruderTLS(&peerPair), string(leader.id), true},
+		{"certificate for n9 claiming nobody", intruderTLS(&peerPair), "", true},
 	}
 	for _, in := range intruders {
 		t.Run(in.name, func(t *testing.T) {
-			tr := newTestTCP(t, Config{TLS: in.cfg, Timeout: 2 * time.Second})
+			tr := newIntruder(t, in.cfg)
 			for _, n := range nodes {
-				for i, err := range attack(tr, n, term) {
+				for i, err := range attack(tr, n, term, in.claim) {
 					if err == nil {
 						t.Errorf("RPC %d from intruder to %s succeeded", i, n.id)
 					}
 				}
 			}
 			checkUnchanged(t, nodes, leader, term)
+			if in.peer {
+				return
+			}
 
 			// Join: the leader adds the intruder and tries to replicate to
 			// it; nothing may reach it. A valid node would get an
@@ -250,7 +335,7 @@ func TestTLSClusterRefusesIntruders(t *testing.T) {
 		if err := leader.r.RemoveServer("rogue", 0, 5*time.Second).Error(); err != nil {
 			t.Fatalf("RemoveServer: %v", err)
 		}
-		for i, err := range attack(tr, leader, term) {
+		for i, err := range attack(tr, leader, term, "rogue") {
 			if i == 0 && err != nil {
 				t.Errorf("AppendEntries with a valid certificate failed: %v", err)
 			}
@@ -321,7 +406,8 @@ func TestTLSSilentPeerReleasedOnClose(t *testing.T) {
 	}
 	defer c.Close()
 	waitFor(t, 5*time.Second, "the transport to accept the connection", func() bool {
-		return tr.(mainLoopOnly).Transport.(*tcpTransport).stream.open() == 1
+		s, _ := Inbound(tr)
+		return s.Open == 1
 	})
 	if err := tr.Close(); err != nil {
 		t.Fatal(err)

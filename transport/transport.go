@@ -1,9 +1,12 @@
 package transport
 
 import (
+	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -22,8 +25,27 @@ type Transport interface {
 	raft.WithPreVote
 }
 
+// Prober is implemented by transports that can tell whether a peer's
+// address refuses connections right now: Probe opens a connection to addr
+// the way the transport's own RPCs would (same dialer, same network
+// namespace, same source address) and closes it at once, without a TLS
+// handshake or an RPC. It returns nil if the connection was accepted, an
+// error wrapping syscall.ECONNREFUSED if it was refused (nothing listens
+// there, or a firewall rejects it), ErrCannotProbe if this transport cannot
+// probe addr (an in-memory address), or another error (a timeout: ctx ended).
+//
+// package election uses it to tell a dead leader process from a silent one.
+// Every Transport of this package implements Prober, and so does
+// MainLoopOnly's wrapper, which asks the transport it wraps.
+type Prober interface {
+	Probe(ctx context.Context, addr raft.ServerAddress) error
+}
+
 // Compile-time interface checks.
 var (
+	_ Prober    = mainLoopOnly{}
+	_ Prober    = (*Faulty)(nil)
+	_ Prober    = (*Inmem)(nil)
 	_ Transport = mainLoopOnly{}
 	_ Transport = (*tcpTransport)(nil)
 	_ Transport = (*Inmem)(nil)
@@ -35,9 +57,24 @@ const (
 	// DefaultMaxPool is the number of idle outbound connections kept per peer
 	// when Config.MaxPool is 0 (hashicorp/raft's usual value).
 	DefaultMaxPool = 3
-	// DefaultTimeout is the I/O deadline of one RPC (and of a TLS handshake)
-	// when Config.Timeout is 0 (hashicorp/raft's usual value).
+	// DefaultTimeout is the I/O deadline of one RPC (and of an outbound TLS
+	// handshake) when Config.Timeout is 0 (hashicorp/raft's usual value).
 	DefaultTimeout = 10 * time.Second
+	// DefaultMaxInbound is the cap on concurrent inbound connections when
+	// Config.MaxInbound is 0. A peer holds a few connections to each other
+	// node (up to MaxPool pooled ones, a pipeline, a snapshot); 128 serves
+	// clusters of any sane size.
+	DefaultMaxInbound = 128
+	// DefaultHandshakeTimeout bounds an inbound connection's TLS handshake
+	// (or, in plain TCP, the wait for its first byte) when
+	// Config.HandshakeTimeout is 0.
+	DefaultHandshakeTimeout = 5 * time.Second
+	// DefaultIdleTimeout closes an inbound connection on which nothing
+	// arrived for this long when Config.IdleTimeout is 0. A peer's
+	// heartbeat connection carries a request every HeartbeatTimeout/10;
+	// connections that sit in a peer's pool are closed, and that peer's
+	// transport replaces them before their next use.
+	DefaultIdleTimeout = time.Minute
 )
 
 var (
@@ -69,6 +106,11 @@ var (
 	// Drop chose to lose.
 	ErrDropped = errors.New("transport: rpc dropped")
 
+	// ErrCannotProbe is returned by Prober.Probe when the transport cannot
+	// probe the address (an in-memory transport has no connections to
+	// refuse).
+	ErrCannotProbe = errors.New("transport: cannot probe this address")
+
 	// ErrClosed is returned by a Faulty transport for an RPC attempted after
 	// Close, or interrupted (during an injected delay) by Close.
 	ErrClosed = errors.New("transport: closed")
@@ -86,34 +128,95 @@ type Config struct {
 	// invalid.
 	Timeout time.Duration
 
-	// TLS, when non-nil, makes the transport speak TLS both when listening
-	// and when dialling, with this configuration (cloned; the caller's value
-	// is not modified). It must carry a certificate. Use MutualTLS to build
-	// one that requires and verifies a certificate from every peer. If
-	// ServerName is empty the dialled host is used as ServerName, so a custom
-	// configuration with standard hostname verification works with
-	// certificates that carry the peers' DNS names or IP addresses. Nil means
-	// plain TCP: no authentication and no encryption.
+	// TLS, when non-nil, makes the transport speak mutual TLS both when
+	// listening and when dialling, with this configuration (cloned; the
+	// caller's value is not modified). Build it with MutualTLS. Whatever
+	// the configuration, the transport itself verifies every peer's
+	// certificate after the handshake, in both directions, against the CA
+	// in ClientCAs (accepting) and RootCAs (dialling), for both the
+	// server-auth and the client-auth usage, and reads the server ID it
+	// names (ServerIDURIPrefix): an inbound RPC may claim only that ID, and
+	// a dialled peer must be the server raft meant to reach. The
+	// configuration's own certificates must name a server ID too. If
+	// ServerName is empty the dialled host is used as ServerName, so a
+	// configuration with standard hostname verification also checks the
+	// peers' DNS names or IP addresses. Nil means plain TCP: no
+	// authentication and no encryption.
 	TLS *tls.Config
 
 	// Logger receives the transport's logs. Nil means hclog.Default() named
 	// "transport".
 	Logger hclog.Logger
+
+	// MaxInbound caps the inbound connections open at once. When a new one
+	// arrives at the cap, the least useful open one is closed: one still in
+	// its handshake before an established one, then the one idle longest.
+	// So a flood of idle or half-open connections cannot lock peers out.
+	// Zero means DefaultMaxInbound (128). Negative is invalid.
+	MaxInbound int
+
+	// HandshakeTimeout bounds how long an inbound connection may take to
+	// complete its TLS handshake (with TLS) or to send the first byte of
+	// its first RPC (plain TCP) before it is closed. Zero means
+	// DefaultHandshakeTimeout (5 s). Negative is invalid.
+	HandshakeTimeout time.Duration
+
+	// IdleTimeout closes an inbound connection on which no byte arrived for
+	// this long. Zero means DefaultIdleTimeout (1 min). Negative is
+	// invalid.
+	IdleTimeout time.Duration
+
+	// Dial, if set, opens every outbound TCP connection (and Probe's): to
+	// choose a source address, a network namespace, a proxy. address is
+	// host:port. Nil means a net.Dialer.
+	Dial func(ctx context.Context, address string) (net.Conn, error)
 }
 
 // Validate reports whether c is usable. It returns an error wrapping
-// ErrInvalidConfig for a negative MaxPool or Timeout, or a TLS configuration
-// without any certificate.
+// ErrInvalidConfig for a negative count or duration, or a TLS configuration
+// without any certificate, without the CA that signs peers (ClientCAs and
+// RootCAs), or that does not require and verify client certificates; and
+// an error wrapping ErrNoIdentity too if the TLS certificate names no
+// usable server identity (see MutualTLS).
 func (c Config) Validate() error {
 	if c.MaxPool < 0 {
 		return fmt.Errorf("%w: MaxPool %d is negative", ErrInvalidConfig, c.MaxPool)
 	}
-	if c.Timeout < 0 {
-		return fmt.Errorf("%w: Timeout %v is negative", ErrInvalidConfig, c.Timeout)
+	if c.MaxInbound < 0 {
+		return fmt.Errorf("%w: MaxInbound %d is negative", ErrInvalidConfig, c.MaxInbound)
 	}
-	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil &&
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Timeout", c.Timeout}, {"HandshakeTimeout", c.HandshakeTimeout}, {"IdleTimeout", c.IdleTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("%w: %s %v is negative", ErrInvalidConfig, d.name, d.v)
+		}
+	}
+	if c.TLS == nil {
+		return nil
+	}
+	if len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil &&
 		c.TLS.GetClientCertificate == nil && c.TLS.GetConfigForClient == nil {
 		return fmt.Errorf("%w: TLS config has no certificate", ErrInvalidConfig)
+	}
+	if c.TLS.ClientCAs == nil || c.TLS.RootCAs == nil {
+		return fmt.Errorf("%w: TLS config needs the cluster CA as ClientCAs and RootCAs (see MutualTLS)", ErrInvalidConfig)
+	}
+	if c.TLS.ClientAuth != tls.RequireAndVerifyClientCert {
+		return fmt.Errorf("%w: TLS config must require and verify client certificates (ClientAuth tls.RequireAndVerifyClientCert)", ErrInvalidConfig)
+	}
+	for _, cert := range c.TLS.Certificates {
+		leaf := cert.Leaf
+		if leaf == nil && len(cert.Certificate) > 0 {
+			var err error
+			if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+				return fmt.Errorf("%w: TLS certificate: %w", ErrInvalidConfig, err)
+			}
+		}
+		if _, err := ServerIDFromCertificate(leaf); err != nil {
+			return fmt.Errorf("%w: TLS certificate: %w", ErrInvalidConfig, err)
+		}
 	}
 	return nil
 }
@@ -125,6 +228,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.MaxInbound == 0 {
+		c.MaxInbound = DefaultMaxInbound
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.Default().Named("transport")

@@ -324,7 +324,7 @@ func TestPausedLeaderUnfencedControl(t *testing.T) {
 func TestFaultEndpoint(t *testing.T) {
 	c := startCluster(t, testHeartbeat, 50*time.Millisecond, nil, []string{"-fault-endpoint"})
 	old, oldEp := c.leader(0, "")
-	for _, bad := range []string{`{"op":"explode"}`, `{"op":"cut"}`, `{"op":"drop","p":2}`, `{"op":`} {
+	for _, bad := range []string{`{"op":"explode"}`, `{"op":"cut"}`, `{"op":"refuse"}`, `{"op":"drop","p":2}`, `{"op":`} {
 		if status, reply, err := post(c.hc, c.nodeURL[old]+"/fault", bad); err != nil || status != http.StatusBadRequest {
 			t.Errorf("POST /fault %s: %d %s %v; want 400", bad, status, reply, err)
 		}

@@ -41,7 +41,12 @@
 //     (-scenario every-write-path), as long as it writes with a role that
 //     is no superuser and owns none of the tables.
 //   - With -tls-cert/-tls-key/-tls-ca, Raft and the node's HTTP API accept
-//     only peers and clients with a certificate from the cluster's CA.
+//     only peers and clients with a certificate from the cluster's CA; on
+//     the Raft port the certificate must also name the server ID the peer
+//     speaks for (URI SAN urn:termfence:server:<id>, both serverAuth and
+//     clientAuth), so an operator's client-only certificate reaches the API
+//     but cannot vote, append or join (README.md gives the openssl
+//     commands, which TestREADMECertificates runs).
 //   - The node's state-changing endpoints take only application/json from no
 //     Origin or their own, so a web page cannot drive them; /join refuses
 //     malformed addresses and IDs or addresses of other members, /remove the

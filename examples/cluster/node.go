@@ -187,10 +187,15 @@ func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error
 		return nil, fmt.Errorf("node: HTTP listen %s: %w", cfg.HTTP, err)
 	}
 	if cfg.tlsConf != nil {
-		// MutualTLS requires and verifies a client certificate signed by
-		// the cluster CA: a client without one cannot even complete the
-		// handshake, let alone POST /join or /resign.
-		ln = tls.NewListener(ln, cfg.tlsConf.Clone())
+		// The API requires and verifies a client certificate signed by the
+		// cluster CA (MutualTLS's RequireAndVerifyClientCert): a client
+		// without one cannot even complete the handshake, let alone POST
+		// /join or /resign. Unlike the Raft port it does not ask for a
+		// peer's identity: an operator's client-only certificate is enough
+		// here, and is refused on the Raft port.
+		api := cfg.tlsConf.Clone()
+		api.VerifyConnection = nil
+		ln = tls.NewListener(ln, api)
 	}
 	n.ln = ln
 	n.httpAddr = ln.Addr().String()

@@ -351,8 +351,8 @@ func statusOf(err error) int {
 
 // faultRequest is the body of POST /fault (TEST ONLY).
 type faultRequest struct {
-	Op    string   `json:"op"`              // isolate, heal, cut, delay, drop
-	Peers []string `json:"peers,omitempty"` // cut: Raft addresses
+	Op    string   `json:"op"`              // isolate, heal, cut, refuse, delay, drop
+	Peers []string `json:"peers,omitempty"` // cut, refuse: Raft addresses
 	Delay string   `json:"delay,omitempty"` // delay: a Go duration
 	P     float64  `json:"p,omitempty"`     // drop: probability
 	Seed  int64    `json:"seed,omitempty"`  // drop: random seed
@@ -371,16 +371,20 @@ func (n *node) handleFault(w http.ResponseWriter, r *http.Request) {
 		n.faulty.Isolate()
 	case "heal":
 		n.faulty.Heal()
-	case "cut":
+	case "cut", "refuse":
 		if len(req.Peers) == 0 {
-			writeError(w, http.StatusBadRequest, "node: fault: cut needs peers (Raft addresses)")
+			writeError(w, http.StatusBadRequest, "node: fault: "+req.Op+" needs peers (Raft addresses)")
 			return
 		}
 		peers := make([]raft.ServerAddress, len(req.Peers))
 		for i, p := range req.Peers {
 			peers[i] = raft.ServerAddress(p)
 		}
-		n.faulty.Cut(peers...)
+		if req.Op == "cut" {
+			n.faulty.Cut(peers...)
+		} else {
+			n.faulty.Refuse(peers...) // a firewall that rejects: RPCs and probes fail with ECONNREFUSED
+		}
 	case "delay":
 		d, err := time.ParseDuration(req.Delay)
 		if err != nil || d < 0 {
@@ -395,7 +399,7 @@ func (n *node) handleFault(w http.ResponseWriter, r *http.Request) {
 		}
 		n.faulty.Drop(req.P, req.Seed)
 	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: fault: unknown op %q (want isolate, heal, cut, delay or drop)", req.Op))
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: fault: unknown op %q (want isolate, heal, cut, refuse, delay or drop)", req.Op))
 		return
 	}
 	n.log.Warn("fault injected", "op", req.Op, "peers", req.Peers)

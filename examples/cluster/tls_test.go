@@ -11,12 +11,15 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/termfence/termfence/transport"
 )
 
 // testCA is a throwaway certificate authority.
@@ -47,9 +50,17 @@ func newCA(t *testing.T, dir, name string) *testCA {
 	return ca
 }
 
-// issue writes a certificate and key for name, usable as both TLS server
-// and client (as transport.MutualTLS requires), and returns their files.
+// issue writes a peer certificate and key for Raft server name — usable as
+// both TLS server and client, naming the server in a URI SAN, as
+// transport.MutualTLS requires — and returns their files.
 func (ca *testCA) issue(t *testing.T, dir, name string) (certFile, keyFile string) {
+	t.Helper()
+	return ca.issueUsages(t, dir, name, true)
+}
+
+// issueUsages is issue; a non-peer certificate is client-only and names no
+// server (an operator's, for curl).
+func (ca *testCA) issueUsages(t *testing.T, dir, name string, peer bool) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -61,6 +72,15 @@ func (ca *testCA) issue(t *testing.T, dir, name string) (certFile, keyFile strin
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:    []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	if peer {
+		u, err := transport.ServerIDURI(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = []*url.URL{u}
+	} else {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -109,7 +129,7 @@ func TestTLSJoinNeedsClusterCertificate(t *testing.T) {
 	other := newCA(t, dir, "other-ca")
 	n1crt, n1key := ca.issue(t, dir, "n1")
 	n2crt, n2key := ca.issue(t, dir, "n2")
-	opcrt, opkey := ca.issue(t, dir, "operator")
+	opcrt, opkey := ca.issueUsages(t, dir, "operator", false) // client-only: the API takes it, the Raft port would not
 	evilcrt, evilkey := other.issue(t, dir, "intruder")
 
 	raft := freePorts(t, 2)

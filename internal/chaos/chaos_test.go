@@ -12,19 +12,18 @@ import (
 )
 
 var (
-	buildOnce sync.Once
-	buildDir  string
-	buildBin  string
-	buildErr  error
+	buildOnce  sync.Once
+	buildDir   string
+	buildBin   string
+	buildForge string
+	buildErr   error
 )
 
-// clusterBinary builds ./examples/cluster once per test binary, or uses
-// the binary TERMFENCE_CHAOS_BIN names.
-func clusterBinary(t *testing.T) string {
+// clusterBinary builds ./examples/cluster and ./internal/cmd/forge once
+// per test binary and returns both, or uses the cluster binary
+// TERMFENCE_CHAOS_BIN names (and builds forge).
+func clusterBinary(t *testing.T) (cluster, forge string) {
 	t.Helper()
-	if bin := os.Getenv("TERMFENCE_CHAOS_BIN"); bin != "" {
-		return bin
-	}
 	buildOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -37,13 +36,20 @@ func clusterBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
+		buildForge = filepath.Join(buildDir, "forge")
+		if buildErr = BuildForge(ctx, root, buildForge); buildErr != nil {
+			return
+		}
+		if buildBin = os.Getenv("TERMFENCE_CHAOS_BIN"); buildBin != "" {
+			return
+		}
 		buildBin = filepath.Join(buildDir, "cluster")
 		buildErr = Build(ctx, root, buildBin)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	return buildBin
+	return buildBin, buildForge
 }
 
 // seed is TERMFENCE_CHAOS_SEED, or derived from the clock.
@@ -70,8 +76,9 @@ func (w logWriter) Write(p []byte) (int, error) {
 
 // shortConfig is the CI mode: 3 nodes, short raft timeouts, 30 faults.
 func shortConfig(t *testing.T) Config {
+	bin, forge := clusterBinary(t)
 	return Config{
-		Binary: clusterBinary(t), Dir: t.TempDir(), Nodes: 3, Heartbeat: 150 * time.Millisecond,
+		Binary: bin, Forge: forge, Dir: t.TempDir(), Nodes: 3, Heartbeat: 150 * time.Millisecond,
 		Faults: 30, Seed: seed(t), CheckTimeout: 2 * time.Minute, Log: logWriter{t},
 	}
 }
@@ -111,6 +118,12 @@ func TestChaos(t *testing.T) {
 	if res.Faults < 30 {
 		t.Errorf("only %d faults injected, want >= 30", res.Faults)
 	}
+	for _, k := range []string{"hostile-peer", "refused-link"} {
+		if res.FaultCounts[k] == 0 {
+			t.Errorf("no %s fault was injected", k)
+		}
+	}
+	t.Logf("highest term seen: %d", res.MaxTerm)
 	if !res.OK() {
 		for _, s := range res.LeaderConflicts {
 			t.Errorf("leader conflict: %s", s)
@@ -120,6 +133,12 @@ func TestChaos(t *testing.T) {
 		}
 		for _, s := range res.Details {
 			t.Errorf("%s", s)
+		}
+		for _, s := range res.HostileAccepted {
+			t.Errorf("hostile peer: accepted %s", s)
+		}
+		if res.MaxTerm > SaneTerm {
+			t.Errorf("a node reached term %d, above %d: a message moved the term", res.MaxTerm, SaneTerm)
 		}
 		t.Errorf("violation (seed %d): %s, %s", res.Seed, filepath.Join(res.FailurePath, "seed.txt"), filepath.Join(res.FailurePath, "history.html"))
 	}

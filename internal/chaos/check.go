@@ -32,15 +32,28 @@ type Report struct {
 	ContractBreaks []string
 	// Details explains each stale or lost write.
 	Details []string
+	// MaxTerm is the highest term any node claimed to lead or any write,
+	// refusal or read named. Above SaneTerm it is a violation: terms moved
+	// by a message, not by elections.
+	MaxTerm uint64
+	// HostileAccepted lists the hostile peer's forged RPCs a node accepted
+	// (the runner fills it in; Check does not see them).
+	HostileAccepted []string
 
 	info  porcupine.LinearizationInfo
 	model porcupine.Model
 }
 
+// SaneTerm bounds the terms of a run: a chaos run elects at most a few
+// hundred times, so a term above 2^20 was raised by a message, as the
+// hostile peer's forged huge terms would (epoch.MaxTerm is 2^48).
+const SaneTerm = 1 << 20
+
 // OK reports whether the history satisfied every check.
 func (r Report) OK() bool {
 	return r.StaleAccepted == 0 && r.Lost == 0 && r.Linearizable == porcupine.Ok &&
-		len(r.LeaderConflicts) == 0 && len(r.ContractBreaks) == 0
+		len(r.LeaderConflicts) == 0 && len(r.ContractBreaks) == 0 &&
+		len(r.HostileAccepted) == 0 && r.MaxTerm <= SaneTerm
 }
 
 // Violated reports whether the history shows the fence failing: a stale
@@ -94,7 +107,9 @@ func Check(h History, timeout time.Duration) Report {
 	// highest, a read's record).
 	seen := map[candidate]span{}
 	leadersOfTerm := map[uint64]map[string]bool{}
+	r.MaxTerm = h.MaxTerm
 	noteLeader := func(term uint64, leader string, from, to time.Duration, always bool) {
+		r.MaxTerm = max(r.MaxTerm, term)
 		if term == 0 || leader == "" {
 			return
 		}

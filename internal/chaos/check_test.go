@@ -343,3 +343,23 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("Run accepted an empty config")
 	}
 }
+
+// TestCheckInsaneTerms: a term above SaneTerm anywhere — a follower's
+// status, a leader's claim — fails the check, and so does a forged RPC the
+// hostile peer saw accepted.
+func TestCheckInsaneTerms(t *testing.T) {
+	if r := Check(History{Claims: []Claim{{Node: "n1", Term: 7, Leader: "n1"}}, MaxTerm: 9}, 0); !r.OK() || r.MaxTerm != 9 {
+		t.Fatalf("sane history: OK=%v MaxTerm=%d", r.OK(), r.MaxTerm)
+	}
+	if r := Check(History{MaxTerm: 1 << 63}, 0); r.OK() {
+		t.Fatal("a follower at term 2^63 passed")
+	}
+	if r := Check(History{Claims: []Claim{{Node: "n1", Term: SaneTerm + 1, Leader: "n1"}}}, 0); r.OK() || r.MaxTerm != SaneTerm+1 {
+		t.Fatalf("a leader above SaneTerm: OK=%v MaxTerm=%d", r.OK(), r.MaxTerm)
+	}
+	r := Check(History{}, 0)
+	r.HostileAccepted = []string{"127.0.0.1:1 TimeoutNow id=mallory: ACCEPTED"}
+	if r.OK() {
+		t.Fatal("an accepted forged RPC passed")
+	}
+}

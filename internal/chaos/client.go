@@ -139,6 +139,7 @@ func (w *workload) poll(ctx context.Context, i int) {
 		st, err := w.c.status(ctx, i, w.cfg.PollEvery*5)
 		at := w.rec.Now()
 		if err == nil {
+			w.rec.NoteTerm(st.Term)
 			if ep, ok := st.leaderEpoch(); ok {
 				w.rec.Claim(Claim{At: at, Node: w.c.nodes[i].id, Term: ep.Term, Leader: ep.Leader})
 				w.believe(i, ep.Term)

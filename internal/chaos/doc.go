@@ -10,7 +10,14 @@
 // leader), with writes arranged to be in flight at the pause; SIGKILL and
 // restart of any node on the same data dir; partitions through each node's
 // test-only POST /fault; leadership transfers through POST /resign; SIGKILL
-// and restart of the store on the same -data.
+// and restart of the store on the same -data; a hostile peer — a process
+// that is not a member (internal/cmd/forge) sending every node forged
+// RequestVote, TimeoutNow, AppendEntries and InstallSnapshot RPCs with huge
+// terms, as a stranger, as nobody and as each member; and a refused link
+// between the leader and one follower for 4-12 leases (POST /fault refuse:
+// transport.Faulty.Refuse on both, a rejecting firewall simulated in the
+// transport, since the processes share one loopback). Every kind is
+// injected at least once per run.
 //
 // # What is checked
 //
@@ -30,6 +37,8 @@
 //     below the highest acknowledged term, counts as lost.
 //   - Every refusal is a clear error: 409/401/403 with a JSON error body;
 //     a 200 always names the accepted epoch; no 5xx while the store is up.
+//   - Terms stay sane: no node reports a Raft term above SaneTerm (2^20),
+//     and the hostile peer sees every forged RPC refused.
 //
 // On a violation the run writes porcupine's HTML visualization, the history
 // as JSON and the seed under the failures directory and prints their paths.

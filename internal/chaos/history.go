@@ -140,6 +140,9 @@ type History struct {
 	// can have stamped an indeterminate write: the longest pause plus a
 	// margin. Zero means unbounded: any epoch its node ever held.
 	Slack time.Duration
+	// MaxTerm is the highest Raft term any node reported in its GET
+	// /status, leader or not.
+	MaxTerm uint64 `json:",omitempty"`
 }
 
 // Recorder collects a History from concurrent clients.
@@ -149,6 +152,7 @@ type Recorder struct {
 	ops    []Op
 	claims []Claim
 	seen   map[Claim]int
+	term   uint64 // highest term noted
 }
 
 // NewRecorder returns a recorder whose clock starts now.
@@ -161,6 +165,13 @@ func (r *Recorder) Now() time.Duration { return time.Since(r.start) }
 func (r *Recorder) Add(op Op) {
 	r.mu.Lock()
 	r.ops = append(r.ops, op)
+	r.mu.Unlock()
+}
+
+// NoteTerm records a Raft term a node reported.
+func (r *Recorder) NoteTerm(t uint64) {
+	r.mu.Lock()
+	r.term = max(r.term, t)
 	r.mu.Unlock()
 }
 
@@ -191,5 +202,5 @@ func (r *Recorder) History(final map[string]FinalState, slack time.Duration) His
 	defer r.mu.Unlock()
 	ops := append([]Op(nil), r.ops...)
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
-	return History{Ops: ops, Claims: append([]Claim(nil), r.claims...), Final: final, Slack: slack}
+	return History{Ops: ops, Claims: append([]Claim(nil), r.claims...), Final: final, Slack: slack, MaxTerm: r.term}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand"
 	"net/http"
+	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -19,15 +21,17 @@ const (
 	partition
 	resign
 	killStore
+	hostilePeer
+	refusedLink
 	numFaultKinds
 )
 
-var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store"}
+var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store", "hostile-peer", "refused-link"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
 // faultWeights: pauses are the fault fencing exists for, so they come most.
-var faultWeights = [numFaultKinds]int{pauseLeader: 35, killNode: 20, partition: 20, resign: 10, killStore: 15}
+var faultWeights = [numFaultKinds]int{pauseLeader: 35, killNode: 20, partition: 20, resign: 10, killStore: 15, hostilePeer: 10, refusedLink: 10}
 
 // nemesis injects faults drawn from a seeded generator, one at a time.
 type nemesis struct {
@@ -38,15 +42,22 @@ type nemesis struct {
 	faults int
 	counts [numFaultKinds]int
 	logf   func(format string, args ...any)
+	// hostileAccepted lists the forged RPCs a node accepted (forge's
+	// ACCEPTED lines): each is a violation.
+	hostileAccepted []string
 }
 
 func (n *nemesis) pick() faultKind {
+	weights := faultWeights
+	if n.cfg.Forge == "" {
+		weights[hostilePeer] = 0
+	}
 	total := 0
-	for _, w := range faultWeights {
+	for _, w := range weights {
 		total += w
 	}
 	x := n.rng.Intn(total)
-	for k, w := range faultWeights {
+	for k, w := range weights {
 		if x < w {
 			return faultKind(k)
 		}
@@ -66,35 +77,57 @@ func (n *nemesis) leases(lo, hi float64) time.Duration {
 func (n *nemesis) run(ctx context.Context) error {
 	start := time.Now()
 	for ctx.Err() == nil && (n.faults < n.cfg.Faults || time.Since(start) < n.cfg.Duration) {
-		// Let the cluster settle: a leader, then a little load under it.
-		if _, err := n.waitLeader(ctx, 40*n.cfg.Heartbeat); err != nil {
-			n.logf("no leader before fault %d: %v", n.faults+1, err)
+		if err := n.one(ctx, n.pick); err != nil {
+			return err
 		}
-		sleepCtx(ctx, n.leases(1, 3))
-		if ctx.Err() != nil {
-			break
-		}
-		// Draw everything from the seed before acting on it.
-		kind := n.pick()
-		var err error
-		switch kind {
-		case pauseLeader:
-			err = n.pause(ctx, n.leases(1, 5))
-		case killNode:
-			err = n.killNode(ctx, n.rng.Intn(len(n.c.nodes)), n.leases(1, 6))
-		case partition:
-			err = n.partition(ctx, n.rng.Intn(len(n.c.nodes)), n.rng.Intn(3) == 0, n.rng.Intn(len(n.c.nodes)), n.leases(2, 8))
-		case resign:
-			err = n.resign(ctx)
-		case killStore:
-			err = n.killStore(ctx, n.leases(0, 4))
-		}
-		if err != nil {
-			return fmt.Errorf("chaos: fault %d (%v): %w", n.faults+1, kind, err)
-		}
-		n.faults++
-		n.counts[kind]++
 	}
+	// Every kind at least once, whatever the seed drew (the draws above
+	// stay those of the seed).
+	for k := range numFaultKinds {
+		if ctx.Err() != nil || n.counts[k] > 0 || (k == hostilePeer && n.cfg.Forge == "") {
+			continue
+		}
+		if err := n.one(ctx, func() faultKind { return k }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// one lets the cluster settle, draws a fault with pick and injects it.
+func (n *nemesis) one(ctx context.Context, pick func() faultKind) error {
+	// Let the cluster settle: a leader, then a little load under it.
+	if _, err := n.waitLeader(ctx, 40*n.cfg.Heartbeat); err != nil {
+		n.logf("no leader before fault %d: %v", n.faults+1, err)
+	}
+	sleepCtx(ctx, n.leases(1, 3))
+	if ctx.Err() != nil {
+		return nil
+	}
+	// Draw everything from the seed before acting on it.
+	kind := pick()
+	var err error
+	switch kind {
+	case pauseLeader:
+		err = n.pause(ctx, n.leases(1, 5))
+	case killNode:
+		err = n.killNode(ctx, n.rng.Intn(len(n.c.nodes)), n.leases(1, 6))
+	case partition:
+		err = n.partition(ctx, n.rng.Intn(len(n.c.nodes)), n.rng.Intn(3) == 0, n.rng.Intn(len(n.c.nodes)), n.leases(2, 8))
+	case resign:
+		err = n.resign(ctx)
+	case killStore:
+		err = n.killStore(ctx, n.leases(0, 4))
+	case hostilePeer:
+		err = n.hostile(ctx)
+	case refusedLink:
+		err = n.refuseLink(ctx, n.rng.Intn(len(n.c.nodes)), n.leases(4, 12))
+	}
+	if err != nil {
+		return fmt.Errorf("chaos: fault %d (%v): %w", n.faults+1, kind, err)
+	}
+	n.faults++
+	n.counts[kind]++
 	return nil
 }
 
@@ -282,4 +315,67 @@ func (n *nemesis) killStore(ctx context.Context, d time.Duration) error {
 	err := n.c.startStore(context.WithoutCancel(ctx))
 	n.c.noteStoreDown(from, n.w.rec.Now())
 	return err
+}
+
+// hostile runs the hostile peer (internal/cmd/forge): a process that is
+// not a member sends every running node forged RequestVote, RequestPreVote,
+// TimeoutNow, AppendEntries and InstallSnapshot RPCs with huge terms, as a
+// stranger, as nobody and as each member. Each must be refused; one that is
+// accepted is recorded as a violation, and the checker's term bound
+// (SaneTerm) catches a term one of them moved.
+func (n *nemesis) hostile(ctx context.Context) error {
+	var targets, members []string
+	for _, nd := range n.c.nodes {
+		members = append(members, nd.id+"="+nd.raft)
+		if nd.proc.running() {
+			targets = append(targets, nd.raft)
+		}
+	}
+	cmd := exec.CommandContext(ctx, n.cfg.Forge, "-targets", strings.Join(targets, ","), "-members", strings.Join(members, ","), "-timeout", "2s")
+	out, err := cmd.CombinedOutput()
+	code := cmd.ProcessState.ExitCode()
+	if err != nil && code != 1 {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("forge: %w\n%s", err, out)
+	}
+	summary := ""
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasSuffix(line, ": ACCEPTED") {
+			n.hostileAccepted = append(n.hostileAccepted, line)
+		}
+		summary = line
+	}
+	n.logf("fault %d: hostile peer against %d nodes: %s", n.faults+1, len(targets), summary)
+	return nil
+}
+
+// refuseLink makes the link between the leader and follower j (another one
+// if j leads) refuse connections both ways for d — transport.Faulty.Refuse
+// on both nodes, a firewall that rejects: RPCs and the waker's probes fail
+// with ECONNREFUSED while both still reach the third node — then heals
+// every node.
+func (n *nemesis) refuseLink(ctx context.Context, j int, d time.Duration) error {
+	li, err := n.waitLeader(ctx, 20*n.cfg.Heartbeat)
+	if err != nil {
+		n.logf("fault %d: refused link: no leader", n.faults+1)
+		return nil
+	}
+	if j == li {
+		j = (j + 1) % len(n.c.nodes)
+	}
+	if !n.c.nodes[j].proc.running() {
+		n.logf("fault %d: refused link: %s is down", n.faults+1, n.c.nodes[j].id)
+		return nil
+	}
+	if err := n.c.fault(ctx, li, "refuse", n.c.nodes[j].raft); err != nil {
+		return err
+	}
+	if err := n.c.fault(ctx, j, "refuse", n.c.nodes[li].raft); err != nil {
+		return err
+	}
+	n.logf("fault %d: refused link %s<->%s (leader %s) for %v", n.faults+1, n.c.nodes[li].id, n.c.nodes[j].id, n.c.nodes[li].id, d.Round(time.Millisecond))
+	sleepCtx(ctx, d)
+	return n.healAll(ctx)
 }

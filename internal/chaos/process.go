@@ -41,6 +41,19 @@ func Build(ctx context.Context, root, out string) error {
 	return nil
 }
 
+// BuildForge compiles ./internal/cmd/forge (the hostile peer) of the
+// module at root into out.
+func BuildForge(ctx context.Context, root, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./internal/cmd/forge")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("chaos: go build ./internal/cmd/forge: %w\n%s", err, stderr.String())
+	}
+	return nil
+}
+
 // freePort returns a loopback address with a port that was free a moment
 // ago. Raft addresses must be known before any node starts (they go into
 // -bootstrap) and stay the same across restarts, so ports are chosen up

@@ -18,7 +18,10 @@ import (
 // picks the default named in its comment; Validate reports the rest.
 type Config struct {
 	Binary string // the examples/cluster binary (required)
-	Dir    string // work directory for data dirs, logs and key (required)
+	// Forge is the internal/cmd/forge binary, the hostile peer; empty: no
+	// hostile-peer faults.
+	Forge string
+	Dir   string // work directory for data dirs, logs and key (required)
 	// FailureDir receives the visualization and seed of a failed run
 	// (required).
 	FailureDir string
@@ -262,7 +265,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	checkStart := time.Now()
 	res.Report = Check(h, cfg.CheckTimeout)
-	logf("check took %v", time.Since(checkStart).Round(time.Millisecond))
+	res.Report.HostileAccepted = nem.hostileAccepted
+	logf("check took %v; highest term seen %d", time.Since(checkStart).Round(time.Millisecond), res.Report.MaxTerm)
 	res.Line = res.Report.Line(cfg.Seed, res.Faults)
 	if !res.Report.OK() {
 		res.FailurePath, err = writeFailure(cfg, res, h)
@@ -305,6 +309,12 @@ func writeFailure(cfg Config, res Result, h History) (string, error) {
 	}
 	for _, s := range res.Details {
 		fmt.Fprintf(&b, "%s\n", s)
+	}
+	for _, s := range res.HostileAccepted {
+		fmt.Fprintf(&b, "hostile peer: accepted %s\n", s)
+	}
+	if res.MaxTerm > SaneTerm {
+		fmt.Fprintf(&b, "term %d seen, above %d\n", res.MaxTerm, uint64(SaneTerm))
 	}
 	if err := os.WriteFile(filepath.Join(dir, "seed.txt"), []byte(b.String()), 0o644); err != nil {
 		return dir, fmt.Errorf("chaos: %w", err)

@@ -118,6 +118,10 @@ func testRefusals(t *testing.T, f storageguard.Fence) {
 		{"foreign", "r", epoch.Epoch{Cluster: "billing", Term: 11, Leader: "a"}, storageguard.ErrForeignCluster},
 		{"zero", "r", epoch.Epoch{}, epoch.ErrMalformed},
 		{"malformed", "r", epoch.Epoch{Cluster: "payments", Term: 11, Leader: "a b"}, epoch.ErrMalformed},
+		// A forged huge term (issue 16) would lock the resource for good.
+		{"term above MaxTerm", "r", ep(epoch.MaxTerm+1, "mallory"), epoch.ErrMalformed},
+		{"term 2^63", "r", ep(1<<63, "mallory"), epoch.ErrMalformed},
+		{"term 2^64-1", "r", ep(1<<64-1, "mallory"), epoch.ErrMalformed},
 		{"empty resource", "", ep(11, "a"), storageguard.ErrBadResource},
 		{"long resource", strings.Repeat("r", storageguard.MaxResourceLen+1), ep(11, "a"), storageguard.ErrBadResource},
 	}
@@ -149,6 +153,10 @@ func testRefusals(t *testing.T, f storageguard.Fence) {
 	}
 	if err := f.Admit(ctx, "r", ep(11, "b")); err != nil {
 		t.Fatal(err)
+	}
+	// MaxTerm itself is a valid epoch and raises.
+	if err := f.Admit(ctx, "r", ep(epoch.MaxTerm, "b")); err != nil {
+		t.Fatalf("Admit(MaxTerm) = %v", err)
 	}
 }
 

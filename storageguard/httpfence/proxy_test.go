@@ -363,9 +363,9 @@ func TestProxyRefusesBadTokens(t *testing.T) {
 	}
 	before := e.spy.Calls.Load()
 
-	huge := gtEp(1<<62, "mallory")
+	huge := gtEp(epoch.MaxTerm, "mallory")
 	otherKey := gtCodec(t, []byte("a different key that nobody shares!!"))
-	foreign := gtSign(t, e.codec, epoch.Epoch{Cluster: "billing", Term: 1 << 62, Leader: "node-x"})
+	foreign := gtSign(t, e.codec, epoch.Epoch{Cluster: "billing", Term: epoch.MaxTerm, Leader: "node-x"})
 	cases := []struct {
 		name   string
 		tokens []string

@@ -58,11 +58,16 @@ func run() int {
 			return 2
 		}
 	}
+	forge := filepath.Join(work, "forge")
+	if err := chaos.BuildForge(ctx, root, forge); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	if *failures == "" {
 		*failures = filepath.Join(root, "failures")
 	}
 	cfg := chaos.Config{
-		Binary: *bin, Dir: filepath.Join(work, "run"), FailureDir: *failures, Nodes: *nodes, Heartbeat: *hb,
+		Binary: *bin, Forge: forge, Dir: filepath.Join(work, "run"), FailureDir: *failures, Nodes: *nodes, Heartbeat: *hb,
 		Faults: *faults, Duration: *duration, Seed: *seed, Unfenced: *unfenced, Backend: *backend,
 		CheckTimeout: 30 * time.Minute,
 	}

@@ -1,0 +1,271 @@
+package election
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/transport"
+)
+
+// refusedLinkHold is how long the refused-link tests hold the fault: 60 s
+// (issue 16's figure) with TERMFENCE_LONG set, a few seconds otherwise so
+// that CI stays fast. The verdicts are the same either way.
+func refusedLinkHold(short time.Duration) time.Duration {
+	if os.Getenv("TERMFENCE_LONG") != "" {
+		return 60 * time.Second
+	}
+	return short
+}
+
+// leaderTrace samples who leads, every millisecond: the fraction of samples
+// in which some node led, and the terms of the leaders seen, in order.
+type leaderTrace struct {
+	samples, led int
+	terms        []uint64
+	changed      []time.Time // when each leader change was seen
+}
+
+// sample records one look: ok if some node leads, in term.
+func (l *leaderTrace) sample(term uint64, ok bool) {
+	l.samples++
+	if !ok {
+		return
+	}
+	l.led++
+	if len(l.terms) == 0 || l.terms[len(l.terms)-1] != term {
+		if len(l.terms) > 0 {
+			l.changed = append(l.changed, time.Now())
+		}
+		l.terms = append(l.terms, term)
+	}
+}
+
+// changes is the number of leader changes seen.
+func (l *leaderTrace) changes() int { return max(len(l.terms)-1, 0) }
+
+func (l *leaderTrace) fraction() float64 {
+	if l.samples == 0 {
+		return 0
+	}
+	return float64(l.led) / float64(l.samples)
+}
+
+// unexplained counts the leader changes that no raft timeout explains: a
+// change is explained when a node other than except logged one (a
+// disturbance: check), or except's lease lapsed while it led, between the
+// previous change (or from) and it. On a
+// loaded machine a leader's lease can lapse, or a follower's heartbeat
+// timeout pass, whatever the link between the leader and except does; raw
+// raft suffers the same. A change with no such timeout elsewhere was made
+// by the refused link.
+func (l *leaderTrace) unexplained(check *checker, from time.Time, except string) int {
+	n := 0
+	for _, at := range l.changed {
+		if !check.disturbedBetween(from, at, except) {
+			n++
+		}
+		from = at
+	}
+	return n
+}
+
+// refusedLinkVerdict applies issue 16's bars to one attempt of a
+// refused-link test — at most one leader change, a leader with a confirmed
+// epoch at least 95% of the time — and more: no change at all that a raft
+// timeout elsewhere (load) does not explain. It reports whether to try
+// again: the attempt's changes were all explained by load, which proves
+// nothing either way (and costs the leader's time, so the 95% bar is judged
+// only on an attempt without them). After three such attempts the test is
+// skipped, saying why: it cannot tell on this machine now.
+func refusedLinkVerdict(t *testing.T, attempt int, tf, rr *leaderTrace, unexplained int) (again bool) {
+	t.Helper()
+	t.Logf("termfence: %v", tf)
+	t.Logf("raw raft:  %v", rr)
+	switch {
+	case unexplained > 0:
+		t.Errorf("termfence changed leaders %d times under a refused link, %d of them with no raft timeout elsewhere to explain it (raw raft: %d changes)",
+			tf.changes(), unexplained, rr.changes())
+	case tf.changes() == 0:
+		if f := tf.fraction(); f < 0.95 {
+			t.Errorf("termfence had a leader with a confirmed epoch %.1f%% of the time, want at least 95%%", 100*f)
+		}
+	case attempt == 3:
+		// Every change of every attempt followed a raft timeout elsewhere
+		// (raw raft beside it is as unsteady): this machine cannot tell a
+		// refused link's effect from its own load. A change the link
+		// made would have failed above.
+		t.Skipf("three attempts, each with leader changes only after raft timed out elsewhere (this one: %d, a leader %.1f%% of the time; raw raft %d): the machine is too loaded to tell",
+			tf.changes(), 100*tf.fraction(), rr.changes())
+	default:
+		t.Logf("%d leader changes, each after raft timed out on a node other than the cut-off follower (load): again", tf.changes())
+		return true
+	}
+	return false
+}
+
+func (l *leaderTrace) String() string {
+	return fmt.Sprintf("%d leader changes (terms %v), a leader %.1f%% of %d samples", l.changes(), l.terms, 100*l.fraction(), l.samples)
+}
+
+// rawNode is one node of a raw hashicorp/raft cluster (no election package:
+// no waker, no admission layer), for comparison.
+type rawNode struct {
+	id  string
+	mem *transport.Inmem
+	net *transport.Faulty
+	r   *raft.Raft
+}
+
+// newRawCluster starts n raw raft nodes r1..rN on in-memory transports
+// behind Faulty, with in-memory stores and pre-vote on (raft's default).
+func newRawCluster(t *testing.T, n int, ht, et, llt time.Duration) []*rawNode {
+	t.Helper()
+	var nodes []*rawNode
+	var conf raft.Configuration
+	for i := range n {
+		id := fmt.Sprintf("r%d", i+1)
+		nd := &rawNode{id: id, mem: transport.NewInmem(id)}
+		for _, o := range nodes {
+			nd.mem.Connect(o.mem)
+		}
+		nd.net = transport.NewFaulty(nd.mem)
+		nodes = append(nodes, nd)
+		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(id)})
+	}
+	for _, nd := range nodes {
+		rc := raft.DefaultConfig()
+		rc.LocalID = raft.ServerID(nd.id)
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = ht, et, llt
+		rc.Logger = hclog.NewNullLogger()
+		store := raft.NewInmemStore()
+		snaps := raft.NewInmemSnapshotStore()
+		if err := raft.BootstrapCluster(rc, store, store, snaps, nd.net, conf); err != nil {
+			t.Fatal(err)
+		}
+		r, err := raft.NewRaft(rc, nopFSM{}, store, store, snaps, nd.net)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd.r = r
+	}
+	t.Cleanup(func() {
+		for _, nd := range nodes {
+			_ = nd.r.Shutdown().Error()
+		}
+	})
+	return nodes
+}
+
+// rawLeader returns the raw cluster's leader and its term, if exactly one
+// node leads.
+func rawLeader(nodes []*rawNode) (*rawNode, uint64, bool) {
+	var ld *rawNode
+	for _, nd := range nodes {
+		if nd.r.State() == raft.Leader {
+			if ld != nil {
+				return nil, 0, false
+			}
+			ld = nd
+		}
+	}
+	if ld == nil {
+		return nil, 0, false
+	}
+	return ld, ld.r.CurrentTerm(), true
+}
+
+// TestRefusedLinkKeepsLeader is issue 16's refused link, in the transport
+// (transport.Faulty.Refuse: every RPC and every probe between the leader and
+// one follower is refused, as by a firewall that rejects; see
+// TestRefusedLinkKernel for the same with a real kernel refusal): the link
+// is held, then healed, with raw hashicorp/raft beside it under the same
+// fault. termfence must change leaders at most once and have a leader
+// holding a confirmed epoch at least 95% of the time (issue 16's bars) — and
+// in fact not at all, as raw raft with pre-vote: a change that no timeout
+// elsewhere explains fails the test, and an attempt whose changes all
+// follow raft timeouts on other nodes (load) is repeated, three at most,
+// then skipped as too loaded to tell (refusedLinkVerdict). Before issue 16 the follower whose dial
+// to the leader was refused handed its raft a TimeoutNow and won with the
+// third node's vote; the old leader, now a follower that could not reach
+// it, did the same in turn (and lost only when its log was behind), and
+// deposed the new leader with its higher term once the link healed.
+func TestRefusedLinkKeepsLeader(t *testing.T) {
+	const ht, et, llt = 200 * time.Millisecond, 200 * time.Millisecond, 100 * time.Millisecond
+	hold := refusedLinkHold(3 * time.Second)
+	for attempt := 1; ; attempt++ {
+		var tf, rr leaderTrace
+		var unexplained int
+		t.Run(fmt.Sprintf("attempt-%d", attempt), func(t *testing.T) {
+			tf, rr, unexplained = refusedLinkInmem(t, ht, et, llt, hold)
+		})
+		if !refusedLinkVerdict(t, attempt, &tf, &rr, unexplained) {
+			return
+		}
+	}
+}
+
+// refusedLinkInmem runs one attempt of TestRefusedLinkKeepsLeader and
+// returns both traces and the number of termfence's leader changes that no
+// raft timeout on a node other than the cut-off follower explains.
+func refusedLinkInmem(t *testing.T, ht, et, llt, hold time.Duration) (tf, rr leaderTrace, unexplained int) {
+	c := newClusterTimed(t, 3, ht, et, llt)
+	raw := newRawCluster(t, 3, ht, et, llt)
+
+	ld, _ := c.leader()
+	var a *node // the first follower by ID: it announces its refused probe
+	for _, nd := range c.nodes {
+		if nd != ld && (a == nil || nd.id < a.id) {
+			a = nd
+		}
+	}
+	var rld *rawNode
+	waitFor(t, "a raw leader", func() bool {
+		rld, _, _ = rawLeader(raw)
+		return rld != nil
+	})
+	var ra *rawNode
+	for _, nd := range raw {
+		if nd != rld && (ra == nil || nd.id < ra.id) {
+			ra = nd
+		}
+	}
+	sampleUntil := func(end time.Time) {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for time.Now().Before(end) {
+			<-tick.C // sampling interval
+			var term uint64
+			held := false
+			for _, nd := range c.nodes {
+				if ep, err := c.epochOf(nd); err == nil {
+					term, held = ep.Term, true
+				}
+			}
+			tf.sample(term, held)
+			_, rterm, ok := rawLeader(raw)
+			rr.sample(rterm, ok)
+		}
+	}
+	// The trace begins here, before the fault: a change seen after it can
+	// have been set off by a timeout in this lead-in (a leader's lease
+	// lapsing under load just before the refusal).
+	sampled := time.Now()
+	sampleUntil(time.Now().Add(5 * ht)) // both lead before the fault; start-up is over
+	a.net.Refuse(raft.ServerAddress(ld.id))
+	ld.net.Refuse(raft.ServerAddress(a.id))
+	ra.net.Refuse(raft.ServerAddress(rld.id))
+	rld.net.Refuse(raft.ServerAddress(ra.id))
+	t.Logf("refused link %s <-> %s (termfence), %s <-> %s (raw raft), held %v", ld.id, a.id, rld.id, ra.id, hold)
+	sampleUntil(time.Now().Add(hold))
+	a.net.Heal()
+	ld.net.Heal()
+	ra.net.Heal()
+	rld.net.Heal()
+	sampleUntil(time.Now().Add(10 * ht)) // and after the heal
+	return tf, rr, tf.unexplained(c.check, sampled.Add(-et), a.id)
+}
