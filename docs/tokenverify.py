@@ -39,7 +39,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 MAX_TOKEN_LEN = 1024  # bytes, of any token, text or binary input
 MAX_NAME_LEN = 64  # bytes, of a cluster or leader name
-MAX_TERM = 2**64 - 1  # the highest valid term
+MAX_TERM = 2**48  # the highest valid term
 BINARY_VERSION = 1
 TOKEN_PREFIX = b"tf1:"
 MAX_KEY_ID_LEN = 32  # bytes, of an HMAC key ID

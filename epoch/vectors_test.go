@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -54,7 +55,7 @@ var (
 
 // vectorMaxTerm is the highest term a valid epoch carries, as the vectors
 // state it.
-const vectorMaxTerm = uint64(1<<64 - 1)
+const vectorMaxTerm = epoch.MaxTerm
 
 type vectorFile struct {
 	Comment     string        `json:"comment"`
@@ -205,6 +206,9 @@ func buildVectors() vectorFile {
 		{"term with minus sign", "payments/-34/node-b"},
 		{"term with space", "payments/ 34/node-b"},
 		{"term in hex", "payments/0x22/node-b"},
+		{"term above max_term", "payments/281474976710657/node-b"},
+		{"term 2^63", "payments/9223372036854775808/node-b"},
+		{"term 2^64-1", "payments/18446744073709551615/node-b"},
 		{"term 2^64 overflows", "payments/18446744073709551616/node-b"},
 		{"term of 21 digits", "payments/100000000000000000000/node-b"},
 		{"cluster of 65 bytes", long + "n/34/node-b"},
@@ -245,6 +249,8 @@ func buildVectors() vectorFile {
 		{"non-minimal varint", raw([]byte{1, 0xa2, 0x00, 1, 'c', 1, 'l'})},
 		{"varint of 11 bytes", raw([]byte{1}, bytes.Repeat([]byte{0xff}, 10), []byte{0x01, 1, 'c', 1, 'l'})},
 		{"varint truncated", []byte{1, 0x80}},
+		{"term above max_term", raw([]byte{1}, binary.AppendUvarint(nil, epoch.MaxTerm+1), []byte{1, 'c', 1, 'l'})},
+		{"term 2^64-1", raw([]byte{1}, binary.AppendUvarint(nil, 1<<64-1), []byte{1, 'c', 1, 'l'})},
 		{"cluster truncated", []byte{1, 34, 5, 'c'}},
 		{"leader missing", []byte{1, 34, 1, 'c'}},
 		{"leader truncated", []byte{1, 34, 1, 'c', 3, 'l'}},
@@ -289,6 +295,7 @@ func buildVectors() vectorFile {
 	// Authentic signatures over text that is not a valid epoch: refused
 	// after the signature checks.
 	tok("hs256 over term 0", hs256(vectorHMACKey, "payments/0/node-b"), mal, mal, bad)
+	tok("hs256 over a term above max_term", hs256(vectorHMACKey, "payments/281474976710657/node-b"), mal, mal, bad)
 	tok("hs256 over a term that overflows", hs256(vectorHMACKey, "payments/18446744073709551616/node-b"), mal, mal, bad)
 	tok("hs256 over a leading zero", hs256(vectorHMACKey, "payments/034/node-b"), mal, mal, bad)
 	tok("hs256 over an empty leader", hs256(vectorHMACKey, "payments/34/"), mal, mal, bad)

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
@@ -39,9 +38,9 @@ const (
 	installLock int64 = 0x7465726d66656e
 )
 
-// maxTerm is the highest term the guard accepts: what pgfence's BIGINT
-// column holds (pgfence refuses higher terms too).
-var maxTerm = strconv.FormatUint(math.MaxInt64, 10)
+// maxTerm is the highest term the guard accepts: epoch.MaxTerm, as every
+// decoder and fence.
+var maxTerm = strconv.FormatUint(epoch.MaxTerm, 10)
 
 var (
 	// ErrNoKey is returned by Install when the cluster has no stored HMAC

@@ -2,7 +2,6 @@ package pgtrigger_test
 
 import (
 	"crypto/ed25519"
-	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -124,7 +123,7 @@ func TestPsqlTokens(t *testing.T) {
 }
 
 // maxTerm is the highest term the guard accepts.
-const maxTerm uint64 = math.MaxInt64
+const maxTerm uint64 = epoch.MaxTerm
 
 // pgtriggerMaxTermPlus is the guard's term bound plus n, in decimal.
 func pgtriggerMaxTermPlus(n uint64) string {
