@@ -65,8 +65,8 @@ type backend interface {
 // storeConfig configures openStore. Codec verifies tokens (epoch.Plain()
 // accepts any well-formed token).
 type storeConfig struct {
-	Backend  string // "sqlite" (default), "bolt" or "postgres-trigger"
-	Data     string // the SQLite file, or the boltfence file (records go next to it); postgres-trigger: the DSN
+	Backend  string // "sqlite" (default), "bolt", "postgres-trigger", or one of storeBackends (store_fences.go)
+	Data     string // the SQLite file, or the boltfence file (records go next to it); postgres, postgres-trigger: the DSN
 	Cluster  string
 	Unfenced bool
 	Verifier epoch.Verifier
@@ -81,6 +81,16 @@ type storeConfig struct {
 	PGSchema     string
 	PGDropSchema bool
 	PGAPIOnly    bool
+	// WriteDelay, for fault injection: each fenced write waits a random
+	// time below it while it holds the fence, so that faults land inside
+	// writes. Zero: none.
+	WriteDelay time.Duration
+	// ReleaseEarly, the fault suite's control experiment: the fence admits
+	// an epoch but lets go before the write runs (Middleware backends).
+	ReleaseEarly bool
+	// ProxyTimeout is httpfence's ProxyConfig.Timeout for the proxy
+	// backends. Zero: httpfence's default.
+	ProxyTimeout time.Duration
 	// OnWrite, if set, is called after every counted write (accepted or
 	// refused), outside the store's locks: the demo's timeline uses it.
 	OnWrite func(writeEvent)
@@ -123,28 +133,17 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	// Like a node's -data, a missing directory is created (postgres-trigger:
-	// -data is a DSN).
-	if cfg.Backend != "postgres-trigger" {
+	// Like a node's -data, a missing directory is created (postgres,
+	// postgres-trigger: the DSN names no directory).
+	if cfg.Backend != "postgres" && cfg.Backend != "postgres-trigger" {
 		if err := os.MkdirAll(filepath.Dir(cfg.Data), 0o755); err != nil {
 			return nil, fmt.Errorf("store: -data %s: %w", cfg.Data, err)
 		}
 	}
-	var (
-		b   backend
-		err error
-	)
-	switch cfg.Backend {
-	case "", "sqlite":
+	if cfg.Backend == "" {
 		cfg.Backend = "sqlite"
-		b, err = openSQLite(ctx, cfg.Data)
-	case "bolt":
-		b, err = openBolt(cfg.Data)
-	case "postgres-trigger":
-		b, err = openPGTrigger(ctx, cfg)
-	default:
-		return nil, fmt.Errorf("store: unknown -backend %q (want sqlite, bolt or postgres-trigger)", cfg.Backend)
 	}
+	b, err := openBackend(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +198,10 @@ func (s *recordStore) handleWrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req writeRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if rb, ok := s.b.(rawBackend); ok && rb.raw() && !s.cfg.Unfenced {
+		// A proxy: it reads the body itself, after admission.
+		req.Resource = resourceParam(r)
+	} else if err := decodeJSON(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "store: "+err.Error())
 		return
 	}

@@ -23,15 +23,56 @@ const (
 	killStore
 	hostilePeer
 	refusedLink
+	// disconnect: writes through the leader whose clients give up within
+	// milliseconds, mid-write: the node's store request is cancelled while
+	// the store holds the fence for it.
+	disconnect
+	// trickle: a write straight to the store under the leader's epoch whose
+	// body trickles in, past the proxy's timeout, while the leader resigns
+	// (proxy backends only).
+	trickle
+	// killSession: pg_terminate_backend of the store's PostgreSQL sessions,
+	// mid-write (postgres backend only).
+	killSession
 	numFaultKinds
 )
 
-var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store", "hostile-peer", "refused-link"}
+var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store", "hostile-peer", "refused-link", "disconnect", "trickle", "kill-session"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
 // faultWeights: pauses are the fault fencing exists for, so they come most.
-var faultWeights = [numFaultKinds]int{pauseLeader: 35, killNode: 20, partition: 20, resign: 10, killStore: 15, hostilePeer: 10, refusedLink: 10}
+var faultWeights = [numFaultKinds]int{pauseLeader: 35, killNode: 20, partition: 20, resign: 10, killStore: 15,
+	hostilePeer: 10, refusedLink: 10, disconnect: 15, trickle: 20, killSession: 20}
+
+// allowed reports whether the run's backend and mode take fault kind k.
+func (n *nemesis) allowed(k faultKind) bool {
+	switch k {
+	case killStore:
+		return n.cfg.durable() // the memory fence forgets everything on restart
+	case trickle:
+		return n.cfg.proxied()
+	case killSession:
+		return n.cfg.Backend == "postgres"
+	case hostilePeer:
+		return n.cfg.Forge != ""
+	}
+	return true
+}
+
+// first returns the faults every run injects first, once each: clients
+// that disconnect mid-write, and by backend trickled bodies (proxies) and
+// killed sessions (postgres).
+func (n *nemesis) first() []faultKind {
+	var kinds []faultKind
+	w := n.weights()
+	for _, k := range []faultKind{disconnect, trickle, killSession} {
+		if w[k] > 0 {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
+}
 
 // nemesis injects faults drawn from a seeded generator, one at a time.
 type nemesis struct {
@@ -45,13 +86,33 @@ type nemesis struct {
 	// hostileAccepted lists the forged RPCs a node accepted (forge's
 	// ACCEPTED lines): each is a violation.
 	hostileAccepted []string
+	// labCounts counts netlab-mode partitions by kind and mode.
+	labCounts map[string]int
+}
+
+// labFaultWeights, in netlab mode: partitions are what the lab is for,
+// so they come as often as pauses.
+var labFaultWeights = [numFaultKinds]int{pauseLeader: 30, killNode: 15, partition: 30, resign: 10, killStore: 15}
+
+// weights are the fault kinds' weights in this run's mode; a kind of
+// weight 0 is never injected.
+func (n *nemesis) weights() [numFaultKinds]int {
+	weights := faultWeights
+	if n.cfg.Netlab {
+		// The kernel cuts links in the lab; the hostile peer and the
+		// transport-level refused link are the in-process mode's.
+		weights = labFaultWeights
+	}
+	for k := range weights {
+		if !n.allowed(faultKind(k)) {
+			weights[k] = 0
+		}
+	}
+	return weights
 }
 
 func (n *nemesis) pick() faultKind {
-	weights := faultWeights
-	if n.cfg.Forge == "" {
-		weights[hostilePeer] = 0
-	}
+	weights := n.weights()
 	total := 0
 	for _, w := range weights {
 		total += w
@@ -76,15 +137,26 @@ func (n *nemesis) leases(lo, hi float64) time.Duration {
 // cfg.Duration has passed, or ctx ends.
 func (n *nemesis) run(ctx context.Context) error {
 	start := time.Now()
+	first := n.first()
+	// Draw everything from the seed before acting on it. The faults this
+	// backend is run for come first: drawn at random among all kinds, a
+	// run would often have none of them.
+	pick := func() faultKind {
+		k := n.pick()
+		if n.faults < len(first) {
+			k = first[n.faults]
+		}
+		return k
+	}
 	for ctx.Err() == nil && (n.faults < n.cfg.Faults || time.Since(start) < n.cfg.Duration) {
-		if err := n.one(ctx, n.pick); err != nil {
+		if err := n.one(ctx, pick); err != nil {
 			return err
 		}
 	}
 	// Every kind at least once, whatever the seed drew (the draws above
 	// stay those of the seed).
 	for k := range numFaultKinds {
-		if ctx.Err() != nil || n.counts[k] > 0 || (k == hostilePeer && n.cfg.Forge == "") {
+		if ctx.Err() != nil || n.counts[k] > 0 || n.weights()[k] == 0 {
 			continue
 		}
 		if err := n.one(ctx, func() faultKind { return k }); err != nil {
@@ -122,6 +194,12 @@ func (n *nemesis) one(ctx context.Context, pick func() faultKind) error {
 		err = n.hostile(ctx)
 	case refusedLink:
 		err = n.refuseLink(ctx, n.rng.Intn(len(n.c.nodes)), n.leases(4, 12))
+	case disconnect:
+		err = n.disconnect(ctx)
+	case trickle:
+		err = n.trickle(ctx)
+	case killSession:
+		err = n.killSession(ctx)
 	}
 	if err != nil {
 		return fmt.Errorf("chaos: fault %d (%v): %w", n.faults+1, kind, err)
@@ -249,6 +327,9 @@ func (n *nemesis) partition(ctx context.Context, i int, isolateLeader bool, j in
 			i = li
 		}
 	}
+	if n.cfg.Netlab {
+		return n.labPartition(ctx, n.drawLabFault(i, isolateLeader, j), d)
+	}
 	if j == i {
 		j = (i + 1) % len(n.c.nodes)
 	}
@@ -269,8 +350,12 @@ func (n *nemesis) partition(ctx context.Context, i int, isolateLeader bool, j in
 	return n.healAll(ctx)
 }
 
-// healAll undoes every partition on every running node.
+// healAll undoes every partition on every running node (in netlab
+// mode: every fault of the lab).
 func (n *nemesis) healAll(ctx context.Context) error {
+	if n.cfg.Netlab {
+		return n.c.lab.Heal(context.WithoutCancel(ctx))
+	}
 	for i, nd := range n.c.nodes {
 		if !nd.proc.running() {
 			continue
