@@ -218,8 +218,10 @@ func hmacAlg(id string) string {
 	return algHMAC + "." + id
 }
 
-// validKeyID reports whether id is a well-formed key ID.
-func validKeyID(id string) bool {
+// ValidKeyID reports whether id is a well-formed HMAC key ID: 1 to
+// MaxKeyIDLen bytes of [A-Za-z0-9_-] (docs/TOKEN.md). Stores that keep keys
+// for termfence tokens, such as the PostgreSQL guard, check IDs with it.
+func ValidKeyID(id string) bool {
 	if id == "" || len(id) > MaxKeyIDLen {
 		return false
 	}
@@ -238,7 +240,7 @@ func hmacKeys(keys []HMACKey) (map[string]*hmacKey, error) {
 		if len(k.Secret) < MinHMACKeyLen {
 			return nil, fmt.Errorf("epoch: HMAC key %q is %d bytes, need at least %d", k.ID, len(k.Secret), MinHMACKeyLen)
 		}
-		if k.ID != "" && !validKeyID(k.ID) {
+		if k.ID != "" && !ValidKeyID(k.ID) {
 			return nil, fmt.Errorf("epoch: HMAC key ID %q: want 1..%d bytes of [A-Za-z0-9_-]", k.ID, MaxKeyIDLen)
 		}
 		if _, dup := m[k.ID]; dup {
@@ -308,7 +310,7 @@ func (c *hmacCodec) Verify(tok string) (Epoch, error) {
 	case !ok:
 		return Epoch{}, fmt.Errorf("%w: token is signed with %q, want %q", ErrBadSignature, t.alg, algHMAC)
 	case id == "":
-	case id[0] == '.' && validKeyID(id[1:]):
+	case id[0] == '.' && ValidKeyID(id[1:]):
 		id = id[1:]
 	default:
 		return Epoch{}, fmt.Errorf("%w: token is signed with %q, want %q or %q.<key ID>", ErrBadSignature, t.alg, algHMAC, algHMAC)

@@ -345,3 +345,15 @@ func TestHMACKeyIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestValidKeyID: the key ID grammar of docs/TOKEN.md.
+func TestValidKeyID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"k2026a": true, "A_b-9": true, strings.Repeat("a", epoch.MaxKeyIDLen): true,
+		"": false, strings.Repeat("a", epoch.MaxKeyIDLen+1): false, "a.b": false, "a:b": false, "a b": false, "é": false,
+	} {
+		if got := epoch.ValidKeyID(id); got != want {
+			t.Errorf("ValidKeyID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}

@@ -89,8 +89,8 @@ func (c Config) Validate() error {
 		return bad("HMAC key is %d bytes, need at least %d", len(c.HMACKey), epoch.MinHMACKeyLen)
 	}
 	for id, k := range c.HMACKeys {
-		if !validKeyID(id) {
-			return bad("HMAC key ID %q: want 1..%d bytes of [A-Za-z0-9_-]", id, maxKeyIDLen)
+		if !epoch.ValidKeyID(id) {
+			return bad("HMAC key ID %q: want 1..%d bytes of [A-Za-z0-9_-]", id, epoch.MaxKeyIDLen)
 		}
 		if len(k) < epoch.MinHMACKeyLen {
 			return bad("HMAC key %q is %d bytes, need at least %d", id, len(k), epoch.MinHMACKeyLen)
@@ -107,23 +107,6 @@ func (c Config) Validate() error {
 type key struct {
 	id     string
 	secret []byte
-}
-
-// maxKeyIDLen is the longest key ID (docs/TOKEN.md).
-const maxKeyIDLen = 32
-
-// validKeyID reports whether id is a key ID of docs/TOKEN.md's grammar.
-func validKeyID(id string) bool {
-	if id == "" || len(id) > maxKeyIDLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // keys is the key set Install stores for the cluster, empty to keep the
