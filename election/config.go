@@ -89,10 +89,22 @@ type Config struct {
 	Signer epoch.Signer
 
 	// FSM, if set, receives the application's own log entries (those it
-	// submits with Raft().Apply) and takes part in snapshots. The library
-	// applies no entries of its own. Nil means an internal FSM that
+	// submits with Raft().Apply) and takes part in snapshots. The only
+	// entries the library writes itself (member metadata, marked in
+	// raft.Log.Extensions) never reach it; snapshots carry the metadata in
+	// a header in front of the FSM's own bytes, which Restore strips. Nil means an internal FSM that
 	// ignores everything.
 	FSM raft.FSM
+
+	// Meta is the metadata this node advertises with its membership,
+	// typically the URL of its application API (at most MaxMetaLen bytes;
+	// opaque to this package). It is replicated through the Raft log: the
+	// node records it when it first leads (before it publishes that epoch)
+	// and again whenever it changed, so every node can tell who leads and
+	// how to reach it (Leadership.LeaderMeta, Status, NotLeaderError) —
+	// a follower redirects a client without an address book of its own.
+	// Empty: advertise nothing (a Meta given to AddMember, if any, stays).
+	Meta string
 
 	// Logger receives the election's and Raft's logs. Nil means
 	// hclog.Default() named "election".
@@ -116,6 +128,9 @@ func (c Config) Validate() error {
 	}
 	if c.Transport == nil {
 		return bad("Transport is required")
+	}
+	if len(c.Meta) > MaxMetaLen {
+		return bad("Meta is %d bytes, above MaxMetaLen (%d)", len(c.Meta), MaxMetaLen)
 	}
 	for _, f := range []struct {
 		name string

@@ -41,7 +41,10 @@ type Election struct {
 	// back, to show that Epoch does not depend on it.
 	confirmGate atomic.Pointer[chan struct{}]
 
-	hub hub
+	hub  hub
+	meta *metaStore // member metadata, replicated through the log (meta.go)
+
+	memberMu sync.Mutex // one membership check-and-change at a time (members.go)
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -68,7 +71,11 @@ func New(cfg Config) (*Election, error) {
 		stop:     make(chan struct{}),
 	}
 	e.hub.init()
-	n, err := openNode(c, e.notifyCh) // raftnode.go
+	e.meta = newMetaStore()
+	e.meta.onChange = func() { pokeWatch(e.watchCh) }
+	rc := c
+	rc.FSM = wrapFSM(c.FSM, e.meta)
+	n, err := openNode(rc, e.notifyCh) // raftnode.go
 	if err != nil {
 		return nil, err
 	}

@@ -69,7 +69,11 @@ func (e *Election) notLeader() error {
 		// confirmed: there is nobody to forward to yet.
 		return &NotLeaderError{}
 	}
-	return &NotLeaderError{LeaderID: string(id), LeaderAddr: string(addr)}
+	nl := &NotLeaderError{LeaderID: string(id), LeaderAddr: string(addr)}
+	if nl.LeaderID != "" {
+		nl.LeaderMeta = e.meta.get(nl.LeaderID)
+	}
+	return nl
 }
 
 // drain empties raft's NotifyCh. It never blocks on anything but the
@@ -148,6 +152,18 @@ func (e *Election) confirm() bool {
 					return false
 				}
 				continue // leadership changed; look again
+			}
+		}
+		if m := e.cfg.Meta; m != "" && e.meta.get(e.cfg.ID) != m {
+			// Advertise this node's metadata before its first epoch, so
+			// that whoever learns it leads can also learn where to send
+			// clients.
+			if err := e.recordMeta(context.Background(), e.cfg.ID, m); err != nil {
+				if t, ok := e.tripleRead(); ok && t == t0 {
+					e.log.Debug("recording metadata failed while leader, will retry", "term", t0, "error", err)
+					return false
+				}
+				continue
 			}
 		}
 		t1, ok := e.tripleRead()

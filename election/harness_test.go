@@ -57,6 +57,7 @@ type cluster struct {
 	// ht, et and llt are the nodes' timeouts (testHT, testET, testLLT
 	// unless newClusterTimed set others).
 	ht, et, llt time.Duration
+	withMeta    bool // every node advertises metaOf(id)
 
 	// trip: see tripAbove.
 	tripTerm atomic.Uint64 // 0: disarmed
@@ -88,7 +89,22 @@ func newCluster(tb testing.TB, n int) *cluster {
 // ElectionTimeout and LeaderLeaseTimeout.
 func newClusterTimed(tb testing.TB, n int, ht, et, llt time.Duration) *cluster {
 	tb.Helper()
-	c := &cluster{tb: tb, check: newChecker(testCluster), ht: ht, et: et, llt: llt}
+	return newClusterWith(tb, n, ht, et, llt, false)
+}
+
+// newMetaCluster is newCluster with every node advertising metaOf(id) as
+// its Config.Meta.
+func newMetaCluster(tb testing.TB, n int) *cluster {
+	tb.Helper()
+	return newClusterWith(tb, n, testHT, testET, testLLT, true)
+}
+
+// metaOf is the Config.Meta of node id in a newMetaCluster.
+func metaOf(id string) string { return "http://" + id + ".app.test:8080" }
+
+func newClusterWith(tb testing.TB, n int, ht, et, llt time.Duration, withMeta bool) *cluster {
+	tb.Helper()
+	c := &cluster{tb: tb, check: newChecker(testCluster), ht: ht, et: et, llt: llt, withMeta: withMeta}
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
 		c.nodes = append(c.nodes, &node{c: c, id: id, dir: tb.TempDir()})
@@ -126,8 +142,13 @@ func (c *cluster) config(nd *node) Config {
 	if nd.join {
 		boot = nil
 	}
+	meta := ""
+	if c.withMeta {
+		meta = metaOf(nd.id)
+	}
 	return Config{
 		ID:                 nd.id,
+		Meta:               meta,
 		Cluster:            testCluster,
 		DataDir:            nd.dir,
 		Transport:          nd.net,
