@@ -2,8 +2,10 @@ package election_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -44,4 +46,67 @@ func ExampleElection_Lead() {
 	// leading with epoch payments/2/node-a
 	// token: payments/2/node-a <nil>
 	// Lead returned: context canceled
+}
+
+// A read replica: node "b" joins as a non-voter (it replicates and follows
+// the leader but never leads), and redirects a client to the leader's
+// application URL, which every node advertises as its Config.Meta.
+func ExampleElection_AddNonvoter() {
+	ta, tb := transport.NewInmem("a"), transport.NewInmem("b")
+	ta.Connect(tb)
+	tb.Connect(ta)
+	a, err := election.New(election.Config{
+		ID: "a", Cluster: "payments", InMemory: true, Transport: ta,
+		Bootstrap: []election.Server{{ID: "a", Addr: "a"}},
+		Meta:      "https://a.payments.example:8443",
+		Logger:    hclog.NewNullLogger(),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close()
+	// No Bootstrap: b joins. A node records its Config.Meta when it leads,
+	// which a non-voter never does (AddMember can record one for it).
+	b, err := election.New(election.Config{
+		ID: "b", Cluster: "payments", InMemory: true, Transport: tb,
+		Logger: hclog.NewNullLogger(),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := a.WaitLeader(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := a.AddNonvoter(ctx, "b", "b"); err != nil {
+		log.Fatal(err)
+	}
+	// b learns who leads, then where the leader serves.
+	for l := range b.Observe(ctx) {
+		if l.LeaderMeta != "" {
+			break
+		}
+	}
+
+	// A request reaches b, which cannot act as leader: redirect it.
+	if _, err := b.Epoch(); err != nil {
+		var nl *election.NotLeaderError
+		if errors.As(err, &nl) {
+			fmt.Println("307 Temporary Redirect, Location:", nl.LeaderMeta)
+		}
+	}
+	members, err := a.Members()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range members {
+		fmt.Printf("%s voter=%v meta=%q\n", m.ID, m.Voter, m.Meta)
+	}
+	// Output:
+	// 307 Temporary Redirect, Location: https://a.payments.example:8443
+	// a voter=true meta="https://a.payments.example:8443"
+	// b voter=false meta=""
 }

@@ -157,7 +157,6 @@ type node struct {
 	log      *slog.Logger
 	el       *election.Election
 	faulty   *transport.Faulty
-	book     *addrBook
 	metrics  *nodeMetrics
 	ln       net.Listener
 	srv      *http.Server
@@ -171,7 +170,7 @@ type node struct {
 // startNode builds the transport, the election and the HTTP listener. On
 // error nothing is left running.
 func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error) {
-	n := &node{cfg: cfg, log: log, book: newAddrBook(), scheme: "http"}
+	n := &node{cfg: cfg, log: log, scheme: "http"}
 	tc := &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: 30 * time.Second}
 	if cfg.tlsConf != nil {
 		tc.TLSClientConfig = cfg.tlsConf.Clone()
@@ -222,8 +221,11 @@ func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error
 		ElectionTimeout:    cfg.Heartbeat,
 		LeaderLeaseTimeout: cfg.Heartbeat / 2,
 		Signer:             cfg.codec,
-		FSM:                n.book,
-		Logger:             hlog,
+		// Every node advertises its HTTP address with its membership, so
+		// a follower can point a client at the leader's API
+		// (Status().LeaderMeta, NotLeaderError.LeaderMeta).
+		Meta:   n.httpAddr,
+		Logger: hlog,
 	})
 	if err != nil {
 		_ = n.faulty.Close()
@@ -311,9 +313,8 @@ func (n *node) shutdown() error {
 }
 
 // observe follows this node's view of the leadership: it counts leader
-// changes and epochs, and when this node takes an epoch it records its own
-// HTTP address in the replicated address book, so followers can point
-// clients at it.
+// changes and epochs. (The election itself records this node's HTTP
+// address, its Config.Meta, before its first epoch.)
 func (n *node) observe(ctx context.Context) {
 	defer n.wg.Done()
 	var lastLeader string
@@ -329,18 +330,7 @@ func (n *node) observe(ctx context.Context) {
 			lastEpoch = l.Epoch.Term
 			n.metrics.epochsIssued.Inc()
 			n.log.Info("took epoch", "epoch", l.Epoch.String())
-			if n.book.lookup(n.cfg.ID) != n.httpAddr {
-				n.announce(n.cfg.ID, n.httpAddr)
-			}
 		}
-	}
-}
-
-// announce replicates id's HTTP address; it needs this node to lead.
-func (n *node) announce(id, addr string) {
-	f := n.el.Raft().Apply(encodeEntry(id, addr), 2*n.cfg.Heartbeat)
-	if err := f.Error(); err != nil {
-		n.log.Debug("could not record HTTP address", "id", id, "error", err)
 	}
 }
 
@@ -456,18 +446,19 @@ func (n *node) joinLoop(ctx context.Context) {
 	}
 }
 
-// recordHTTPLoop makes sure the replicated address book knows this node's
-// HTTP address, so that every node's status page can show every member: a
-// leader records its own; a follower (bootstrapped with the others, so it
+// recordHTTPLoop makes sure the cluster knows this node's HTTP address (its
+// member metadata) before it ever leads, so that every node's status page
+// can show every member: a follower (bootstrapped with the others, so it
 // never joined) asks the leader with a POST /join naming itself — for a
 // member at its own address that changes no configuration, it only records
-// the address. It stops once the address is recorded.
+// the address (election.AddMember). A leader records its own. It stops once
+// the address is recorded.
 func (n *node) recordHTTPLoop(ctx context.Context) {
 	defer n.wg.Done()
 	body := joinRequest{ID: n.cfg.ID, Addr: string(n.faulty.LocalAddr()), HTTP: n.httpAddr}
 	t := time.NewTicker(n.cfg.Heartbeat)
 	defer t.Stop()
-	for n.book.lookup(n.cfg.ID) != n.httpAddr {
+	for n.memberMeta(n.cfg.ID) != n.httpAddr {
 		select {
 		case <-ctx.Done():
 			return
@@ -515,5 +506,19 @@ func (n *node) leaderInfo() (id, httpAddr string) {
 	if st.LeaderID == "" {
 		return "", ""
 	}
-	return st.LeaderID, n.book.lookup(st.LeaderID)
+	return st.LeaderID, st.LeaderMeta
+}
+
+// memberMeta returns the metadata (HTTP address) member id advertises, or "".
+func (n *node) memberMeta(id string) string {
+	ms, err := n.el.Members()
+	if err != nil {
+		return ""
+	}
+	for _, m := range ms {
+		if m.ID == id {
+			return m.Meta
+		}
+	}
+	return ""
 }
