@@ -3,10 +3,10 @@ package election
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/termfence/termfence/epoch"
@@ -145,7 +145,7 @@ func (e *Election) Admission() AdmissionStats {
 // Mutual TLS from package transport binds them to the peer's certificate.
 type admission struct {
 	raft *raft.Raft
-	log  hclog.Logger
+	log  *slog.Logger
 	self raft.ServerID
 
 	admitted atomic.Uint64

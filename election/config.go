@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"log/slog"
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/transport"
@@ -106,9 +106,13 @@ type Config struct {
 	// Empty: advertise nothing (a Meta given to AddMember, if any, stays).
 	Meta string
 
-	// Logger receives the election's and Raft's logs. Nil means
-	// hclog.Default() named "election".
-	Logger hclog.Logger
+	// Logger receives the election's and Raft's logs. raft's hclog is
+	// adapted onto it, with raft's Info — state-transition chatter on a
+	// healthy cluster — demoted to Debug, so at the usual Info level a
+	// healthy cluster logs only the election's own few lines (an epoch
+	// confirmed or withdrawn, a member added or removed, a handover on
+	// Close) and a clean Close logs no ERROR line. Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Validate reports whether c can be given to New. Errors wrap
@@ -197,7 +201,7 @@ func (c Config) withDefaults() Config {
 		c.FSM = nopFSM{}
 	}
 	if c.Logger == nil {
-		c.Logger = hclog.Default().Named("election")
+		c.Logger = slog.Default()
 	}
 	c.Bootstrap = append([]Server(nil), c.Bootstrap...)
 	return c

@@ -22,6 +22,14 @@
 // [ErrInvalidAddress], [ErrDuplicateMember] or [ErrLastVoter] before raft
 // sees it, leaving the configuration as it was.
 //
+// Logs go to a *slog.Logger ([Config.Logger]; raft's hclog is adapted
+// inside, its Info chatter below slog's Info), so at Info a healthy cluster
+// logs only this package's own few lines and a clean Close no ERROR line.
+// [Election.Health] is an http.Handler for liveness and readiness probes:
+// not ready while no leader is known, not live once that has lasted
+// [HealthConfig].NoLeaderTimeout or Raft has made this node leader without
+// a confirmed epoch for ConfirmTimeout.
+//
 // # Guarantees
 //
 //   - An epoch is handed out only by the node that won the election for

@@ -86,6 +86,9 @@ func (e *Election) drain() {
 		case <-e.stop:
 			return
 		case won := <-e.notifyCh:
+			if won && !e.won.Load() {
+				e.stats.won(time.Now())
+			}
 			e.won.Store(won)
 			poke(e.workCh)
 			pokeWatch(e.watchCh)
@@ -180,6 +183,7 @@ func (e *Election) confirm() bool {
 			return true
 		}
 		e.pubTerm.Store(t1)
+		e.stats.confirm(time.Now())
 		e.log.Info("epoch confirmed", "cluster", e.cfg.Cluster, "term", t1, "leader", e.cfg.ID)
 		pokeWatch(e.watchCh)
 		return true
@@ -239,7 +243,12 @@ func (e *Election) awaitOwnCommit(t0 uint64) (committed, stillLeader bool) {
 
 func (e *Election) unpublish() {
 	if old := e.pubTerm.Swap(0); old != 0 {
-		e.log.Info("epoch withdrawn", "term", old)
+		e.stats.withdraw()
+		if e.closed.Load() {
+			e.log.Debug("epoch withdrawn: closing", "term", old) // expected: not news
+		} else {
+			e.log.Info("epoch withdrawn", "term", old)
+		}
 		pokeWatch(e.watchCh)
 	}
 }

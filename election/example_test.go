@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
+	"os"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/termfence/termfence/election"
 	"github.com/termfence/termfence/epoch"
@@ -24,7 +24,7 @@ func ExampleElection_Lead() {
 		InMemory:  true, // tests and demos only: terms are not durable
 		Transport: transport.NewInmem("node-a"),
 		Bootstrap: []election.Server{{ID: "node-a", Addr: "node-a"}},
-		Logger:    hclog.NewNullLogger(),
+		Logger:    slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -59,7 +59,7 @@ func ExampleElection_AddNonvoter() {
 		ID: "a", Cluster: "payments", InMemory: true, Transport: ta,
 		Bootstrap: []election.Server{{ID: "a", Addr: "a"}},
 		Meta:      "https://a.payments.example:8443",
-		Logger:    hclog.NewNullLogger(),
+		Logger:    slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -69,7 +69,7 @@ func ExampleElection_AddNonvoter() {
 	// which a non-voter never does (AddMember can record one for it).
 	b, err := election.New(election.Config{
 		ID: "b", Cluster: "payments", InMemory: true, Transport: tb,
-		Logger: hclog.NewNullLogger(),
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -109,4 +109,42 @@ func ExampleElection_AddNonvoter() {
 	// 307 Temporary Redirect, Location: https://a.payments.example:8443
 	// a voter=true meta="https://a.payments.example:8443"
 	// b voter=false meta=""
+}
+
+// Logging through log/slog: raft's own logs are adapted onto the same
+// logger, with its state-transition chatter below Info, so at Info a
+// healthy node logs only what matters (here without timestamps, for a
+// stable output).
+func ExampleConfig_logger() {
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		Level: slog.LevelInfo,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	el, err := election.New(election.Config{
+		ID:        "node-a",
+		Cluster:   "payments",
+		InMemory:  true,
+		Transport: transport.NewInmem("node-a"),
+		Bootstrap: []election.Server{{ID: "node-a", Addr: "node-a"}},
+		Logger:    logger.With("node", "node-a"),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := el.WaitLeader(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := el.Close(); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// level=WARN msg="heartbeat timeout reached, starting election" node=node-a logger=raft last-leader-addr="" last-leader-id=""
+	// level=INFO msg="epoch confirmed" node=node-a cluster=payments term=2 leader=node-a
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -15,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/internal/raftlog"
 	"github.com/termfence/termfence/transport"
 )
 
@@ -404,6 +405,7 @@ type checker struct {
 	holder    map[uint64]string          // term -> node seen holding its epoch
 	lastEpoch map[string]uint64          // source/node -> last epoch term
 	lastTerm  map[string]uint64          // node -> last Leadership.Term
+	lastObs   map[string]Leadership      // node -> last Leadership observed
 	maxTerm   uint64                     // highest epoch term seen
 	epochs    int                        // epoch sightings
 	unrest    []time.Time                // when raft logged a disturbance
@@ -422,6 +424,7 @@ func newChecker(cluster string) *checker {
 		holder:    make(map[uint64]string),
 		lastEpoch: make(map[string]uint64),
 		lastTerm:  make(map[string]uint64),
+		lastObs:   make(map[string]Leadership),
 	}
 }
 
@@ -475,13 +478,18 @@ func (c *checker) leadership(node string, l Leadership) {
 		c.fail("observe: %s's term went from %d to %d", node, c.lastTerm[node], l.Term)
 	}
 	c.lastTerm[node] = l.Term
+	prev := c.lastObs[node]
+	c.lastObs[node] = l
 	if l.Epoch.IsZero() {
 		return
 	}
 	if !l.Self || l.LeaderID != node || l.Term != l.Epoch.Term {
 		c.fail("observe: %s reported %+v: an epoch without being the leader of its term", node, l)
 	}
-	c.epochLocked("observe", node, l.Epoch, true)
+	// The same epoch is observed again only when nothing but the leader's
+	// replicated metadata changed.
+	again := prev.Epoch == l.Epoch && prev.LeaderMeta != l.LeaderMeta
+	c.epochLocked("observe", node, l.Epoch, !again)
 }
 
 // disturbed records that raft logged one of disturbances.
@@ -546,17 +554,13 @@ func (c *checker) verify(tb testing.TB) {
 
 // logger returns node's logger: raft's "election won" lines feed the
 // checker; everything is echoed to stderr when TERMFENCE_TEST_LOG is set.
-func (c *checker) logger(node string) hclog.Logger {
+func (c *checker) logger(node string) *slog.Logger {
 	var echo io.Writer = io.Discard
 	if os.Getenv("TERMFENCE_TEST_LOG") != "" {
 		echo = os.Stderr
 	}
-	return hclog.New(&hclog.LoggerOptions{
-		Name:       node,
-		Level:      hclog.Info,
-		JSONFormat: true,
-		Output:     &wonWriter{c: c, node: node, echo: echo},
-	})
+	// raftlog.LevelInfo: raft's Info, where "election won" is.
+	return slog.New(slog.NewJSONHandler(&wonWriter{c: c, node: node, echo: echo}, &slog.HandlerOptions{Level: raftlog.LevelInfo})).With("node", node)
 }
 
 // record keeps the last tailLines log lines.
@@ -581,7 +585,7 @@ func (c *checker) dumpLog(tb testing.TB) {
 	tb.Logf("last %d log lines of the cluster:\n%s", len(lines), strings.Join(lines, "\n"))
 }
 
-// wonWriter parses hclog's JSON lines for raft's "election won".
+// wonWriter parses slog's JSON lines for raft's "election won".
 type wonWriter struct {
 	c    *checker
 	node string
@@ -596,7 +600,7 @@ func (w *wonWriter) Write(p []byte) (int, error) {
 			continue
 		}
 		var rec struct {
-			Msg  string `json:"@message"`
+			Msg  string `json:"msg"`
 			Term uint64 `json:"term"`
 		}
 		if err := json.Unmarshal(line, &rec); err != nil {

@@ -1,12 +1,12 @@
 package election
 
 import (
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/termfence/termfence/transport"
@@ -34,7 +34,7 @@ func TestNonVoterNeverStands(t *testing.T) {
 	nv, err := New(Config{
 		ID: "a0", Cluster: testCluster, DataDir: t.TempDir(), Transport: tr,
 		HeartbeatTimeout: testHT, ElectionTimeout: testET, LeaderLeaseTimeout: testLLT,
-		Logger: hclog.New(&hclog.LoggerOptions{Name: "a0", Level: hclog.Debug, JSONFormat: true, Output: logs}),
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		_ = tr.Close()

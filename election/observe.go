@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -128,7 +129,9 @@ func (e *Election) watch() {
 		case <-e.stop:
 			return
 		case <-e.watchCh:
-			e.hub.publish(e.leadership())
+			l := e.leadership()
+			e.clock.track(l, time.Now())
+			e.hub.publish(l)
 		}
 	}
 }

@@ -14,9 +14,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/termfence/termfence/election"
+	"github.com/termfence/termfence/election/electionmetrics"
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/transport"
 )
@@ -67,7 +68,7 @@ func nodeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.Resource, "resource", DefaultResource, "the store resource the -write-every writer writes")
 	fs.BoolVar(&cfg.FaultEndpoint, "fault-endpoint", false, "enable POST /fault to partition this node (TEST ONLY)")
 	fs.StringVar(&cfg.AddrFile, "addr-file", "", `write "raft=ADDR http=ADDR" to this file once listening`)
-	fs.StringVar(&cfg.RaftLogLevel, "raft-log-level", "warn", "hashicorp/raft log level: trace, debug, info, warn, error, off")
+	fs.StringVar(&cfg.RaftLogLevel, "raft-log-level", "warn", "log level of the election and hashicorp/raft: trace, debug, info, warn, error, off")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: cluster node -id ID -raft ADDR -data DIR (-bootstrap id=addr,... | -join http://ADDR) [flags]\n\nOne Raft node of the election group.\n\n")
@@ -202,9 +203,9 @@ func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error
 		log.Warn("HTTP API listens beyond loopback; protect it with -tls-cert/-tls-key/-tls-ca", "http", n.httpAddr)
 	}
 
-	hlog := hclog.New(&hclog.LoggerOptions{
-		Name: "raft", Level: hclog.LevelFromString(cfg.RaftLogLevel), Output: stderr,
-	}).With("node", cfg.ID)
+	// The election's and raft's logs (raft's hclog is adapted onto slog
+	// inside, its Info demoted to Debug) at -raft-log-level.
+	hlog := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: raftLevel(cfg.RaftLogLevel)})).With("node", cfg.ID)
 	tr, err := transport.NewTCP(cfg.Raft, cfg.Advertise, transport.Config{TLS: cfg.tlsConf, Logger: hlog, Timeout: 2 * time.Second})
 	if err != nil {
 		ln.Close()
@@ -232,14 +233,10 @@ func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error
 		ln.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.metrics = newNodeMetrics(cfg.ID,
-		func() float64 { return float64(n.el.Status().Term) },
-		func() float64 {
-			if _, err := n.el.Epoch(); err == nil {
-				return 1
-			}
-			return 0
-		})
+	// The library's own metrics (termfence_election_...), and this node's
+	// writes to the store as the application counts them.
+	n.metrics = newNodeMetrics()
+	electionmetrics.MustRegister(n.metrics.reg, n.el)
 	n.srv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: 5 * time.Second}
 	return n, nil
 }
@@ -312,23 +309,15 @@ func (n *node) shutdown() error {
 	return errors.Join(cerr, serr)
 }
 
-// observe follows this node's view of the leadership: it counts leader
-// changes and epochs. (The election itself records this node's HTTP
-// address, its Config.Meta, before its first epoch.)
+// observe follows this node's view of the leadership and logs each epoch
+// it takes. (The election itself records this node's HTTP address, its
+// Config.Meta, before its first epoch, and counts epochs for /metrics.)
 func (n *node) observe(ctx context.Context) {
 	defer n.wg.Done()
-	var lastLeader string
 	var lastEpoch uint64
 	for l := range n.el.Observe(ctx) {
-		if l.LeaderID != "" && l.LeaderID != lastLeader {
-			if lastLeader != "" {
-				n.metrics.leaderChanges.Inc()
-			}
-			lastLeader = l.LeaderID
-		}
 		if l.Leading() && l.Epoch.Term > lastEpoch {
 			lastEpoch = l.Epoch.Term
-			n.metrics.epochsIssued.Inc()
 			n.log.Info("took epoch", "epoch", l.Epoch.String())
 		}
 	}
@@ -521,4 +510,44 @@ func (n *node) memberMeta(id string) string {
 		}
 	}
 	return ""
+}
+
+// raftLevel is the slog level of a -raft-log-level value (hclog's names).
+func raftLevel(s string) slog.Level {
+	switch strings.ToLower(s) {
+	case "trace":
+		return slog.LevelDebug - 4
+	case "debug":
+		return slog.LevelDebug
+	case "info":
+		return slog.LevelInfo
+	case "error":
+		return slog.LevelError
+	case "off":
+		return slog.LevelError + 100
+	}
+	return slog.LevelWarn
+}
+
+// nodeMetrics are the node's Prometheus metrics (GET /metrics), on a
+// registry of its own: the election's (package electionmetrics) and the
+// outcome of this node's writes to the store.
+type nodeMetrics struct {
+	reg                                        *prometheus.Registry
+	writesAccepted, writesRefused, writeErrors prometheus.Counter
+}
+
+func newNodeMetrics() *nodeMetrics {
+	reg := prometheus.NewRegistry()
+	writes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "termfence_example_store_writes_total",
+		Help: "Writes this node sent to the store, by the store's answer: accepted, refused (stale, conflicting, forged or unsigned epoch) or error (no answer).",
+	}, []string{"result"})
+	reg.MustRegister(writes)
+	return &nodeMetrics{
+		reg:            reg,
+		writesAccepted: writes.WithLabelValues("accepted"),
+		writesRefused:  writes.WithLabelValues("refused"),
+		writeErrors:    writes.WithLabelValues("error"),
+	}
 }
