@@ -2,11 +2,13 @@ package election
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/termfence/termfence/transport"
+	"github.com/termfence/termfence/transport/transporttest"
 )
 
 func TestValidate(t *testing.T) {
@@ -75,4 +77,37 @@ func TestNewRefusesBootstrapAddrMismatch(t *testing.T) {
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("New: %v, want ErrInvalidConfig", err)
 	}
+}
+
+// TestNewRefusesCertificateOfAnotherServer: a node whose mutual-TLS
+// certificate names another server ID than Config.ID is refused with
+// ErrInvalidConfig (every peer would refuse its RPCs), and the transport
+// stays the caller's, still working.
+func TestNewRefusesCertificateOfAnotherServer(t *testing.T) {
+	ca, err := transporttest.NewCA(t.TempDir(), "cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.Peer("n2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := transport.MutualTLS(cert, key, ca.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := transport.NewTCP("127.0.0.1:0", "", transport.Config{TLS: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	_, err = New(Config{ID: "n1", Cluster: "c", InMemory: true, Transport: tr, Bootstrap: []Server{{"n1", string(tr.LocalAddr())}}})
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "names server n2") {
+		t.Fatalf("New as n1 with n2's certificate: %v, want ErrInvalidConfig naming n2", err)
+	}
+	el, err := New(Config{ID: "n2", Cluster: "c", InMemory: true, Transport: tr, Bootstrap: []Server{{"n2", string(tr.LocalAddr())}}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("New as n2 with n2's certificate on the same transport: %v", err)
+	}
+	_ = el.Close()
 }

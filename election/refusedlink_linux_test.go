@@ -25,42 +25,27 @@ import (
 // order, the one that announces its refused probe. termfence must change
 // leaders at most once and hold a confirmed epoch at least 95% of the time
 // (issue 16's bars), and in fact not change at all unless a timeout
-// elsewhere explains it; raw raft is reported beside it.
+// elsewhere explains it (refusedLinkVerdict); raw raft is reported beside
+// it.
 func TestRefusedLinkKernel(t *testing.T) {
 	const ht, et, llt = 200 * time.Millisecond, 200 * time.Millisecond, 100 * time.Millisecond
 	hold := refusedLinkHold(5 * time.Second)
 	lab := newNetnsLab(t, 3)
 	for attempt := 1; ; attempt++ {
 		var tf, rr leaderTrace
-		var why string
+		var unexplained int
+		failed := false
 		t.Run(fmt.Sprintf("attempt-%d", attempt), func(t *testing.T) {
-			tf, rr, why = refusedLinkKernel(t, lab, ht, et, llt, hold)
+			tf, rr, unexplained = refusedLinkKernel(t, lab, ht, et, llt, hold)
+			failed = t.Failed()
 		})
-		t.Logf("termfence: %v", &tf)
-		t.Logf("raw raft:  %v", &rr)
-		if t.Failed() {
+		if failed || !refusedLinkVerdict(t, attempt, &tf, &rr, unexplained) {
 			return
 		}
-		if tf.changes() > 1 {
-			t.Errorf("termfence changed leaders %d times under a refused link (raw raft: %d)", tf.changes(), rr.changes())
-		}
-		if f := tf.fraction(); f < 0.95 {
-			t.Errorf("termfence had a leader with a confirmed epoch %.1f%% of the time, want at least 95%%", 100*f)
-		}
-		if tf.changes() == 0 || t.Failed() {
-			return
-		}
-		if why == "" {
-			t.Fatalf("termfence changed leaders under a refused link with no timeout elsewhere to explain it (raw raft: %d changes)", rr.changes())
-		}
-		if attempt == 3 {
-			t.Fatalf("three attempts, each with a leader change after raft timed out elsewhere (%s): the machine is too loaded to tell", why)
-		}
-		t.Logf("a leader change after raft timed out elsewhere (%s), again", why)
 	}
 }
 
-func refusedLinkKernel(t *testing.T, lab *netnsLab, ht, et, llt, hold time.Duration) (tf, rr leaderTrace, why string) {
+func refusedLinkKernel(t *testing.T, lab *netnsLab, ht, et, llt, hold time.Duration) (tf, rr leaderTrace, unexplained int) {
 	check := newChecker(testCluster)
 	listen := func(h *nsHost, port int, id string) transport.Transport {
 		var tr transport.Transport
@@ -170,8 +155,11 @@ func refusedLinkKernel(t *testing.T, lab *netnsLab, ht, et, llt, hold time.Durat
 			rr.sample(rterm, led == 1)
 		}
 	}
+	// The trace begins here, before the fault: a change seen after it can
+	// have been set off by a timeout in this lead-in (a leader's lease
+	// lapsing under load just before the refusal).
+	sampled := time.Now()
 	sampleUntil(time.Now().Add(5 * ht))
-	start := time.Now()
 	lab.refuse(lab.hosts[l], lab.hosts[a])
 	t.Logf("the kernel refuses connections between %s (leaders) and %s, for %v", lab.hosts[l].ip, lab.hosts[a].ip, hold)
 	// The refusal is real: h1 cannot reach h3's raft port, h2 can.
@@ -184,8 +172,5 @@ func refusedLinkKernel(t *testing.T, lab *netnsLab, ht, et, llt, hold time.Durat
 	sampleUntil(time.Now().Add(hold))
 	lab.heal(lab.hosts[l], lab.hosts[a])
 	sampleUntil(time.Now().Add(3 * time.Second)) // a deposed-after-heal leader would show here
-	if tf.changes() > 0 && check.disturbedBetween(start.Add(-et), tf.changed, boot[a].ID) {
-		why = "a node other than " + boot[a].ID + " logged a raft timeout before the change"
-	}
-	return tf, rr, why
+	return tf, rr, tf.unexplained(check, sampled.Add(-et), boot[a].ID)
 }

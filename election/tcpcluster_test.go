@@ -3,6 +3,7 @@ package election
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/transport"
@@ -14,7 +15,20 @@ type tcpCluster struct {
 	t     *testing.T
 	check *checker
 	nodes []*tcpNode
+	// ht, et and llt are the nodes' timeouts: tcpHT, tcpET, tcpLLT.
+	ht, et, llt time.Duration
 }
+
+// The TCP clusters' timeouts: four times the in-memory ones. Real sockets,
+// bolt stores and (in the TLS tests) handshakes under the race detector on
+// a loaded 2-core machine miss a 25 ms lease several times a second, and
+// the hostile tests need a cluster that keeps its leader long enough to
+// tell a forged RPC's effect from raft's own timeouts.
+const (
+	tcpHT  = 4 * testHT
+	tcpET  = 4 * testET
+	tcpLLT = 4 * testLLT
+)
 
 type tcpNode struct {
 	id, addr string
@@ -27,7 +41,7 @@ type tcpNode struct {
 // every node still open and verifies the checker.
 func newTCPCluster(t *testing.T, ids []string, trCfg func(id string) transport.Config) *tcpCluster {
 	t.Helper()
-	c := &tcpCluster{t: t, check: newChecker(testCluster)}
+	c := &tcpCluster{t: t, check: newChecker(testCluster), ht: tcpHT, et: tcpET, llt: tcpLLT}
 	var boot []Server
 	for _, id := range ids {
 		var cfg transport.Config
@@ -58,7 +72,7 @@ func newTCPCluster(t *testing.T, ids []string, trCfg func(id string) transport.C
 	for _, nd := range c.nodes {
 		el, err := New(Config{
 			ID: nd.id, Cluster: testCluster, DataDir: t.TempDir(), Transport: nd.tr, Bootstrap: boot,
-			HeartbeatTimeout: testHT, ElectionTimeout: testET, LeaderLeaseTimeout: testLLT,
+			HeartbeatTimeout: c.ht, ElectionTimeout: c.et, LeaderLeaseTimeout: c.llt,
 			Logger: c.check.logger(nd.id),
 		})
 		if err != nil {
@@ -75,7 +89,9 @@ func (c *tcpCluster) leaderAbove(term uint64) (*tcpNode, epoch.Epoch) {
 	c.t.Helper()
 	var ld *tcpNode
 	var ep epoch.Epoch
-	waitFor(c.t, fmt.Sprintf("a leader above term %d followed by all", term), func() bool {
+	// Three times the usual wait: at these timeouts, on a machine loaded
+	// enough, raft can take a while to settle on a leader all follow.
+	waitForUpTo(c.t, 3*waitLong, fmt.Sprintf("a leader above term %d followed by all", term), func() bool {
 		ld = nil
 		for _, nd := range c.nodes {
 			if e, err := nd.el.Epoch(); err == nil && e.Term > term {

@@ -57,6 +57,13 @@
 //     adds it; use a CA per cluster. Certificate files are read once;
 //     rotating them needs a new transport (or your own tls.Config with
 //     GetCertificate).
+//   - An RPC's size is not bounded. A connection past the handshake (over
+//     plain TCP: anyone's) can send one AppendEntries as large as it likes;
+//     it is decoded in memory before package election can refuse it. A
+//     length it only claims costs nothing: the decoder allocates as bytes
+//     arrive, and a sender that stops is cut off after IdleTimeout
+//     (TestInboundMalformedFrames). A refused InstallSnapshot's data is
+//     never read: its connection is closed.
 //   - Eviction under MaxInbound can close a proven connection too, when
 //     every open connection is proven (more peers than the cap allows);
 //     its next RPC then dials again.

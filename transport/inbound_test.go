@@ -1,12 +1,14 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -250,5 +252,69 @@ func waitClosed(c net.Conn, d time.Duration) error {
 			return fmt.Errorf("still open after %v", d)
 		}
 		return nil
+	}
+}
+
+// TestInboundMalformedFrames: hostile bytes on a plain TCP connection — an
+// RPC type raft does not know, bytes that are not msgpack, and
+// AppendEntries requests whose lengths claim 2^32-1 entries or a 2 GiB
+// entry and then never deliver them (the connection stays open, or closes
+// half-way) — never reach the consumer, end with the connection closed
+// (at once, or after IdleTimeout), cost no memory beyond what was sent
+// (a claimed length is not allocated up front), and leave nothing open.
+func TestInboundMalformedFrames(t *testing.T) {
+	tr := newTestTCP(t, Config{HandshakeTimeout: time.Second, IdleTimeout: 300 * time.Millisecond, Timeout: time.Second})
+	got := answer(t, tr)
+	addr := string(tr.LocalAddr())
+	const rpcAppendEntries = 0 // raft's NetworkTransport type byte
+	entries := append([]byte{rpcAppendEntries, 0x81, 0xa7}, "Entries"...)
+	frames := []struct {
+		name  string
+		bytes []byte
+		close bool // the sender closes after the bytes; otherwise it goes silent
+	}{
+		{"unknown RPC type", []byte{0xff, 0x81, 0xa4, 'T', 'e', 'r', 'm', 0x01}, false},
+		{"not msgpack", append([]byte{rpcAppendEntries}, bytes.Repeat([]byte{0xc1}, 64)...), false},
+		{"2^32-1 entries claimed, none sent", append(slices.Clone(entries), 0xdd, 0xff, 0xff, 0xff, 0xff), false},
+		{"a 2 GiB entry claimed, 64 KiB sent, then closed", append(append(slices.Clone(entries), 0x91, 0x81, 0xa4, 'D', 'a', 't', 'a', 0xc6, 0x80, 0, 0, 0), make([]byte, 64<<10)...), true},
+		{"a 2 GiB entry claimed, 64 KiB sent, then silent", append(append(slices.Clone(entries), 0x91, 0x81, 0xa4, 'D', 'a', 't', 'a', 0xc6, 0x80, 0, 0, 0), make([]byte, 64<<10)...), false},
+	}
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, f := range frames {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(f.bytes); err != nil {
+			t.Fatalf("%s: write: %v", f.name, err)
+		}
+		if f.close {
+			_ = c.(*net.TCPConn).CloseWrite()
+		}
+		if err := waitClosed(c, 5*time.Second); err != nil {
+			t.Errorf("%s: the server did not close the connection: %v", f.name, err)
+		}
+		_ = c.Close()
+	}
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if d := after.TotalAlloc - before.TotalAlloc; d > 64<<20 {
+		t.Errorf("the hostile frames cost %d MiB of allocations, want a few (what was sent)", d>>20)
+	}
+	select {
+	case rpc := <-got:
+		t.Errorf("a malformed frame reached the consumer: %#v", rpc.Command)
+	default:
+	}
+	waitFor(t, 5*time.Second, "every hostile connection to be released", func() bool {
+		s, _ := Inbound(tr)
+		return s.Open == 0 && s.Accepted == uint64(len(frames))
+	})
+	// The transport still serves a real RPC.
+	peer := newTestTCP(t, Config{Timeout: time.Second})
+	req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("p"), Addr: []byte(peer.LocalAddr())}, Term: 1}
+	if err := peer.AppendEntries("s", tr.LocalAddr(), req, &raft.AppendEntriesResponse{}); err != nil {
+		t.Fatalf("a real RPC after the hostile frames: %v", err)
 	}
 }

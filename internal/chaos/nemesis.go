@@ -379,10 +379,3 @@ func (n *nemesis) refuseLink(ctx context.Context, j int, d time.Duration) error 
 	sleepCtx(ctx, d)
 	return n.healAll(ctx)
 }
-
-func errString(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	return err.Error()
-}

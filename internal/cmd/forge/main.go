@@ -2,7 +2,8 @@
 // is not a member of the cluster and sends each target node, over plain
 // TCP with a raw hashicorp/raft NetworkTransport, the forged RPCs of issue
 // 16 — RequestVote with no ID, the leadership-transfer flag and term 2^63;
-// RequestVote and RequestPreVote from a stranger with a longer log;
+// RequestVote and RequestPreVote from a stranger with a longer log (with a
+// sane term and with 2^62); AppendEntries from a stranger with a sane term;
 // TimeoutNow from a stranger and from nobody; AppendEntries and
 // InstallSnapshot with terms 2^62 and 2^64-2, as a stranger, as nobody and
 // as each member (at the member's address, which a plain TCP transport
@@ -119,6 +120,10 @@ func forgeries(self string, ms []member) []forged {
 		vote("RequestVote id='' transfer term=2^63", hdr("", self), 1<<63),
 		vote("RequestVote id='' addr='' transfer term=2^64-2", hdr("", ""), huger),
 		vote("RequestVote id=mallory transfer term=2^62", hdr("mallory", self), huge),
+		// A stranger with a sane term, above any a test cluster reaches:
+		// refused for not being a voter or member, not for the term.
+		vote("RequestVote id=mallory transfer term=1000", hdr("mallory", self), 1000),
+		appendAs("AppendEntries id=mallory term=1000", hdr("mallory", self), 1000),
 		{"RequestPreVote id=mallory term=2^62", func(tr *raft.NetworkTransport, to raft.ServerAddress) error {
 			return tr.RequestPreVote("", to, &raft.RequestPreVoteRequest{RPCHeader: hdr("mallory", self), Term: huge, LastLogIndex: 1 << 40, LastLogTerm: huge}, &raft.RequestPreVoteResponse{})
 		}},
