@@ -30,6 +30,16 @@
 // [HealthConfig].NoLeaderTimeout or Raft has made this node leader without
 // a confirmed epoch for ConfirmTimeout.
 //
+// # Smallest safe deployments
+//
+// Raft needs a majority of the voters. Three voters (two application
+// replicas and a small third voting member will do) survive the loss of any
+// one; two voters survive nothing, and two voters plus a non-voter are
+// still two voters: a non-voter never votes, never counts towards a quorum
+// and never leads, so when one voter goes the other cannot be elected and
+// the non-voter cannot take over. A tie-breaking witness must be a voter.
+// See docs/DESIGN.md, "Smallest safe deployments".
+//
 // # Guarantees
 //
 //   - An epoch is handed out only by the node that won the election for

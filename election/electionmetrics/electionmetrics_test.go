@@ -23,6 +23,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// raftReg receives raft's go-metrics (RegisterRaft).
+var raftReg = prometheus.NewRegistry()
+
 type member struct {
 	id  string
 	net *transport.Faulty
@@ -99,8 +102,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // malformed, foreign), raft's own metrics are there, and every registry
 // passes client_golang's lint.
 func TestScrapeAcrossFailover(t *testing.T) {
-	raftReg := prometheus.NewRegistry()
-	if err := electionmetrics.RegisterRaft(raftReg); err != nil {
+	// go-metrics has one global sink per process: bridged once, for every
+	// run of this test (-count).
+	if err := electionmetrics.RegisterRaft(raftReg); err != nil && !errors.Is(err, electionmetrics.ErrRaftBridged) {
 		t.Fatalf("RegisterRaft: %v", err)
 	}
 	if err := electionmetrics.RegisterRaft(prometheus.NewRegistry()); !errors.Is(err, electionmetrics.ErrRaftBridged) {
@@ -133,10 +137,20 @@ func TestScrapeAcrossFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.el = el
-		t.Cleanup(func() { _ = el.Close() })
 		electionmetrics.MustRegister(m.reg, el)
 		nodes = append(nodes, m)
 	}
+	t.Cleanup(func() {
+		// Cut every link first: a closing leader's handover to a node
+		// already closed would otherwise wait out the in-memory
+		// transport's timeout.
+		for _, mem := range mems {
+			mem.DisconnectAll()
+		}
+		for _, m := range nodes {
+			_ = m.el.Close()
+		}
+	})
 	leader := func(except *member) (*member, epoch.Epoch) {
 		var ld *member
 		var ep epoch.Epoch
