@@ -1,6 +1,7 @@
 package election
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -139,7 +140,9 @@ func TestHealthUnconfirmedLeader(t *testing.T) {
 			r()
 		}
 	}()
-	if err := ld.el.Resign(t.Context()); err != nil {
+	rctx, cancel := context.WithTimeout(t.Context(), waitLong)
+	defer cancel()
+	if err := ld.el.Resign(rctx); err != nil {
 		t.Fatalf("Resign: %v", err)
 	}
 	var nld *node

@@ -147,7 +147,10 @@ func TestAddNonvoter(t *testing.T) {
 		if _, err := nv.el.Epoch(); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("Epoch() on the non-voter: %v, want ErrNotLeader", err)
 		}
-		if err := ld.el.Resign(ctx); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, waitLong)
+		err := ld.el.Resign(rctx)
+		cancel()
+		if err != nil {
 			t.Fatalf("Resign(%s): %v", ld.id, err)
 		}
 		c.leaderAbove(ep.Term, nil)

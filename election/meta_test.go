@@ -12,7 +12,7 @@ import (
 )
 
 // TestLeaderMeta: every node learns the leader's advertised metadata —
-// followers through Status, Observe and the *NotLeaderError of a refused
+// followers through Status and the *NotLeaderError of a refused
 // call — before and after a failover, and AddMember records the metadata
 // a joining node gives.
 func TestLeaderMeta(t *testing.T) {
@@ -28,8 +28,8 @@ func TestLeaderMeta(t *testing.T) {
 				continue
 			}
 			waitFor(t, nd.id+" knows the leader's metadata", func() bool {
-				l := <-nd.el.Observe(ctx)
-				return l.LeaderID == ld.id && l.LeaderMeta == metaOf(ld.id)
+				st := nd.el.Status()
+				return st.LeaderID == ld.id && st.LeaderMeta == metaOf(ld.id)
 			})
 			_, err := nd.el.Epoch()
 			var nl *NotLeaderError
@@ -40,7 +40,10 @@ func TestLeaderMeta(t *testing.T) {
 				t.Fatalf("follower %s's NotLeaderError = %+v, want leader %s with meta %q", nd.id, nl, ld.id, metaOf(ld.id))
 			}
 		}
-		if err := ld.el.Resign(ctx); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, waitLong)
+		err := ld.el.Resign(rctx)
+		cancel()
+		if err != nil {
 			t.Fatalf("Resign: %v", err)
 		}
 		c.leaderAbove(ep.Term, nil)
