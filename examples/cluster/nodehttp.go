@@ -31,6 +31,12 @@ func (n *node) routes() http.Handler {
 	mux.HandleFunc("/transfer", mutating(n.handleTransfer))
 	mux.HandleFunc("/remove", mutating(n.handleRemove))
 	mux.Handle("/metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	// Liveness and readiness probes (election.Health): not ready while no
+	// leader is known, not live once that lasted 10 heartbeats.
+	if h, err := n.el.Health(election.HealthConfig{NoLeaderTimeout: 10 * n.cfg.Heartbeat}); err == nil {
+		mux.Handle("GET /livez", h)
+		mux.Handle("GET /readyz", h)
+	}
 	if n.cfg.FaultEndpoint {
 		mux.HandleFunc("/fault", mutating(n.handleFault))
 	}
