@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -259,6 +260,19 @@ func TestScrapeAcrossFailover(t *testing.T) {
 	}
 	if v := value(t, fenceReg, "termfence_fence_hold_seconds"); v != 2 {
 		t.Errorf("hold time observations = %v, want 2", v)
+	}
+
+	// A stranger's vote request with a term no real cluster reaches is
+	// refused by m1's admission layer and counted by its reason.
+	stranger := transport.NewInmem("stranger")
+	defer stranger.Close()
+	stranger.Connect(mems[0])
+	var vresp raft.RequestVoteResponse
+	_ = stranger.RequestVote("m1", "m1", &raft.RequestVoteRequest{
+		RPCHeader: raft.RPCHeader{ID: []byte("stranger"), Addr: []byte("stranger")}, Term: 1 << 62,
+	}, &vresp)
+	if v := value(t, nodes[0].reg, "termfence_election_admission_refused_total", "reason", "term_too_high"); v < 1 {
+		t.Errorf("admission refusals (term_too_high) on m1: %v", v)
 	}
 
 	// raft's own metrics arrive through the bridge.
