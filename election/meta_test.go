@@ -6,9 +6,12 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/transport"
 )
 
 // TestLeaderMeta: every node learns the leader's advertised metadata —
@@ -144,5 +147,19 @@ func TestMetaFSM(t *testing.T) {
 	bad := append([]byte(snapshotMagic), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)
 	if err := wrapFSM(&recordingFSM{}, newMetaStore()).Restore(io.NopCloser(bytes.NewReader(bad))); err == nil {
 		t.Fatal("a snapshot with a huge metadata length was restored")
+	}
+}
+
+// TestConfigMetaTooLong: a Config.Meta above MaxMetaLen is refused by
+// Validate (and so by New), naming the field.
+func TestConfigMetaTooLong(t *testing.T) {
+	cfg := Config{ID: "n1", Cluster: "c", InMemory: true, Transport: transport.NewInmem("n1"), Meta: strings.Repeat("u", MaxMetaLen+1)}
+	defer cfg.Transport.Close()
+	if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "Meta") {
+		t.Fatalf("Validate with a long Meta: %v", err)
+	}
+	cfg.Meta = strings.Repeat("u", MaxMetaLen)
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate with Meta of MaxMetaLen: %v", err)
 	}
 }
