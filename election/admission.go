@@ -35,7 +35,8 @@ const (
 	RefusedTermTooHigh
 	// RefusedNotVoter: a RequestVote or RequestPreVote from a server that is
 	// not a voter of this node's latest configuration at the address it
-	// claims, or while this node has no configuration yet.
+	// claims, or, while this node has no configuration yet, from another
+	// server than the one that appended to it last.
 	RefusedNotVoter
 	// RefusedNotMember: an AppendEntries or InstallSnapshot from a server
 	// that is not in this node's latest configuration at the address it
@@ -129,7 +130,11 @@ func (e *Election) Admission() AdmissionStats {
 //     and carry no term above epoch.MaxTerm;
 //   - RequestVote and RequestPreVote only from a voter of the latest
 //     configuration, at the address the configuration has for it; a node
-//     without a configuration votes for nobody;
+//     without a configuration votes only for the server that appended to
+//     it last (the leader it is joining: once that leader has added it as
+//     a voter, it may need this node's vote to win again before the new
+//     configuration reaches it, as raft allows), and for nobody before any
+//     append;
 //   - AppendEntries and InstallSnapshot only from a member (any suffrage:
 //     a leader that is being demoted keeps leading until the change
 //     commits) at its configured address; a node without a configuration
@@ -147,6 +152,11 @@ type admission struct {
 	raft *raft.Raft
 	log  *slog.Logger
 	self raft.ServerID
+
+	// joining is the ID and address of the last server whose
+	// AppendEntries or InstallSnapshot was admitted while this node had no
+	// configuration (nil: none).
+	joining atomic.Pointer[[2]string]
 
 	admitted atomic.Uint64
 	refused  [numRefusalReasons + 1]atomic.Uint64
@@ -239,13 +249,22 @@ func (a *admission) check(rpc raft.RPC) *RefusedError {
 	conf := a.configuration()
 	switch rpc.Command.(type) {
 	case *raft.RequestVoteRequest, *raft.RequestPreVoteRequest:
+		if len(conf.Servers) == 0 {
+			if j := a.joining.Load(); j != nil && j[0] == string(id) && j[1] == string(addr) {
+				return nil // joining: the leader that appended to us, standing again
+			}
+			e.Reason = RefusedNotVoter
+			return e
+		}
 		if s, ok := find(conf, id); !ok || s.Suffrage != raft.Voter || s.Address != addr {
 			e.Reason = RefusedNotVoter
 			return e
 		}
 	case *raft.AppendEntriesRequest, *raft.InstallSnapshotRequest:
 		if len(conf.Servers) == 0 {
-			return nil // joining: the first leader that appends brings the configuration
+			// joining: the first leader that appends brings the configuration
+			a.joining.Store(&[2]string{string(id), string(addr)})
+			return nil
 		}
 		if s, ok := find(conf, id); !ok || s.Address != addr {
 			e.Reason = RefusedNotMember

@@ -35,15 +35,17 @@ func refusedAs(t *testing.T, nd *node, what string, reason RefusalReason, send f
 // in-memory cluster: claims that do not match the configuration (wrong
 // address, a non-voter asking for votes), a TimeoutNow to a non-voter or
 // from a member that does not lead, and a node with no configuration yet,
-// which votes for nobody but accepts the first leader that appends.
+// which accepts the first leader that appends and votes only for the
+// server that appended to it.
 func TestAdmissionRules(t *testing.T) {
 	c := newCluster(t, 3)
 	ld, _ := c.leader()
 	ctx := ctxTimeout(t)
 	n5 := c.join("n5")
-	if err := ld.el.Raft().AddNonvoter("n5", "n5", 0, 0).Error(); err != nil {
-		t.Fatalf("AddNonvoter: %v", err)
-	}
+	c.quietly("AddNonvoter n5", func() error {
+		ld, _ = c.leader()
+		return ld.el.Raft().AddNonvoter("n5", "n5", 0, 0).Error()
+	})
 	waitFor(t, "n5 to follow "+ld.id, func() bool {
 		_, id := n5.el.Raft().LeaderWithID()
 		return string(id) == ld.id
@@ -123,4 +125,16 @@ func TestAdmissionRules(t *testing.T) {
 	if got := fresh.el.Raft().CurrentTerm(); got != 7 {
 		t.Errorf("fresh node's term %d after the admitted append of term 7", got)
 	}
+	// Still without a configuration, it votes for the server that appended
+	// to it — the leader it joins may need its vote to win again before the
+	// configuration that made it a voter reaches it — and for nobody else.
+	refusedAs(t, fresh, "RequestVote from the server that appended, to a node without configuration", 0, func() error {
+		return x.RequestVote("", to(fresh), &raft.RequestVoteRequest{RPCHeader: hdr("someone", "x"), Term: 8, LastLogIndex: 1, LastLogTerm: 7}, &raft.RequestVoteResponse{})
+	})
+	refusedAs(t, fresh, "RequestVote from a member that did not append, to a node without configuration", RefusedNotVoter, func() error {
+		return x.RequestVote("", to(fresh), &raft.RequestVoteRequest{RPCHeader: hdr(ld.id, ld.id), Term: 9, LastLogIndex: 1 << 20, LastLogTerm: 8}, &raft.RequestVoteResponse{})
+	})
+	refusedAs(t, fresh, "RequestPreVote from the appender's ID at another address", RefusedNotVoter, func() error {
+		return x.RequestPreVote("", to(fresh), &raft.RequestPreVoteRequest{RPCHeader: hdr("someone", "y"), Term: 9, LastLogIndex: 1 << 20, LastLogTerm: 8}, &raft.RequestPreVoteResponse{})
+	})
 }

@@ -78,8 +78,9 @@
 //     are taken only from a voter of the latest configuration at its
 //     configured address, appends and snapshots only from a member (from
 //     anyone while this node has no configuration yet, as raft does when
-//     it joins), TimeoutNow only from the leader this node follows, and
-//     only by a voter. Refused RPCs are answered with a *RefusedError.
+//     it joins; votes then only from the server that appended to it last),
+//     TimeoutNow only from the leader this node follows, and only by a
+//     voter. Refused RPCs are answered with a *RefusedError.
 //   - A refused connection to a silent leader forces an election (a
 //     TimeoutNow to this node's own raft, skipping pre-vote) only once a
 //     majority of the voters has lost the leader; a non-voter never starts
