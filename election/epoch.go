@@ -182,8 +182,8 @@ func (e *Election) confirm() bool {
 				"term", t1, "max-term", epoch.MaxTerm)
 			return true
 		}
+		e.stats.confirm(time.Now()) // before publishing: whoever sees the epoch sees it counted
 		e.pubTerm.Store(t1)
-		e.stats.confirm(time.Now())
 		e.log.Info("epoch confirmed", "cluster", e.cfg.Cluster, "term", t1, "leader", e.cfg.ID)
 		pokeWatch(e.watchCh)
 		return true
