@@ -366,6 +366,9 @@ func (w *waker) step() time.Duration {
 	} else if !st.probed {
 		st.probed = true
 		st.refused = w.refused(string(leaderAddr))
+		// The probe may have waited for its dial (up to its timeout when
+		// the leader's host is gone): the waits below count from now.
+		since = time.Since(lc)
 		if st.refused && st.place.rank < st.place.winner {
 			w.announce(st.leaderID)
 		}

@@ -10,6 +10,11 @@
 #   SKIP_TERMFENCE=1 ./perf/run.sh   # etcd only; report from the files already in OUT
 #   SKIP_ETCD=1 ./perf/run.sh        # termfence/raw only; etcd rows from the files in OUT
 #   HEALTHY=10m ./perf/run.sh        # also count elections on a healthy, CPU-loaded cluster
+#   SKIP_NETLAB=1 ./perf/run.sh      # without the netlab rows (they need root)
+#
+# As root it also measures termfence and raw raft at HT 100 ms with each node
+# a process in its own network namespace (failover -net netlab, the kernel's
+# faults) into termfence-netlab-ht100ms.json.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,6 +26,13 @@ if [[ -z "${SKIP_TERMFENCE:-}" ]]; then
 	# Format of the -json files: docs/PERFORMANCE.md, "Result files".
 	(cd "$root" && go run ./internal/cmd/failover -n "$n" -ht 100ms -json "$out/termfence-ht100ms.json")
 	(cd "$root" && go run ./internal/cmd/failover -n "$n" -ht 50ms -json "$out/termfence-ht50ms.json")
+	if [[ -z "${SKIP_NETLAB:-}" ]]; then
+		if [[ "$(id -u)" == 0 ]]; then
+			(cd "$root" && go run ./internal/cmd/failover -net netlab -n "$n" -ht 100ms -json "$out/termfence-netlab-ht100ms.json")
+		else
+			echo "run.sh: not root: skipping the netlab rows (failover -net netlab)" >&2
+		fi
+	fi
 fi
 
 if [[ -n "${HEALTHY:-}" ]]; then

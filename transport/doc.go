@@ -74,6 +74,11 @@
 //     Faulty disables pipelined replication (every AppendEntries is a
 //     separate round trip) and drops or delays only this node's outbound
 //     RPCs; cut both nodes, or Isolate, for symmetric loss.
+//   - NewTCP replicates without raft's pipeline: every AppendEntries is a
+//     round trip of its own. The pipeline of raft v1.7.2 can deadlock after
+//     a follower's Success=false, leaving that follower without entries and
+//     Shutdown hung (TestTCPNoPipeline); an election's log is too small to
+//     miss it. A bulk of entries replicates more slowly than raw raft's.
 //   - Inmem is not a network: nothing is serialised, and an RPC waits at
 //     most 500ms for the peer.
 package transport

@@ -131,9 +131,17 @@ func (t *tcpTransport) LocalAddr() raft.ServerAddress {
 	return raft.ServerAddress(t.dial.advertise.String())
 }
 
-// AppendEntriesPipeline implements raft.Transport.
-func (t *tcpTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
-	return t.out.AppendEntriesPipeline(id, tagTarget(id, target))
+// AppendEntriesPipeline always returns raft.ErrPipelineReplicationNotSupported:
+// raft then replicates with one AppendEntries at a time. The pipeline of
+// raft v1.7.2's NetworkTransport can deadlock when a follower answers
+// Success=false (netPipeline's channels are unbuffered at the default
+// MaxRPCsInFlight; pipelineSend parks on inprogressCh while decodeResponses
+// parks on doneCh): that follower gets no log entry again and Shutdown
+// never returns — seen here as an Election.Close hung for six minutes, and
+// reported by others running raft in production. An election's log is a
+// few configuration changes and barriers, so the pipeline buys nothing.
+func (t *tcpTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
 // AppendEntries implements raft.Transport.

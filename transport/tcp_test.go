@@ -1,8 +1,11 @@
 package transport
 
 import (
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 func newTestTCP(t *testing.T, cfg Config) Transport {
@@ -23,5 +26,26 @@ func TestTCPClusterElects(t *testing.T) {
 	leader, _ := waitLeader(t, nodes)
 	if err := leader.r.Apply([]byte("x"), 5*time.Second).Error(); err != nil {
 		t.Fatalf("apply: %v", err)
+	}
+}
+
+// TestTCPNoPipeline: the TCP transport offers no pipeline (raft v1.7.2's
+// can deadlock: see AppendEntriesPipeline), and a cluster on it replicates
+// entries one AppendEntries at a time, to every follower.
+func TestTCPNoPipeline(t *testing.T) {
+	tr := newTestTCP(t, Config{})
+	if p, err := tr.AppendEntriesPipeline("n2", "127.0.0.1:1"); !errors.Is(err, raft.ErrPipelineReplicationNotSupported) || p != nil {
+		t.Fatalf("AppendEntriesPipeline = %v, %v; want nil, raft.ErrPipelineReplicationNotSupported", p, err)
+	}
+	nodes := startCluster(t, fast, newTestTCP(t, Config{}), newTestTCP(t, Config{}), newTestTCP(t, Config{}))
+	leader, _ := waitLeader(t, nodes)
+	for i := range 20 {
+		if err := leader.r.Apply([]byte{byte(i)}, 5*time.Second).Error(); err != nil {
+			t.Fatalf("apply %d: %v", i, err)
+		}
+	}
+	want := leader.r.LastIndex()
+	for _, n := range nodes {
+		waitFor(t, 10*time.Second, "every node to apply the entries", func() bool { return n.r.AppliedIndex() >= want })
 	}
 }

@@ -10,7 +10,9 @@
 //	cluster -scenario list            the cases: paused, short-pause,
 //	                                  audit-log, restart, two-resources,
 //	                                  half-done, stale-read, efficiency,
-//	                                  gc-pause
+//	                                  gc-pause, lab
+//	cluster -lab                      = -scenario lab: three machines, each
+//	                                  a Linux network namespace (root only)
 //	cluster node  [flags]             one Raft node per process, with its
 //	                                  HTTP API and a live status page at /
 //	cluster store [flags]             the fenced store
@@ -59,7 +61,9 @@
 //     -cluster name with new node data directories.
 //   - In the in-process scenarios the pause is injected (the work waits on
 //     a channel, the Raft node is cut off by transport.Faulty); gc-pause
-//     stops a whole node process with SIGSTOP. Everything else is real.
+//     stops a whole node process with SIGSTOP; lab runs the node processes
+//     on hosts of their own (internal/netlab) and partitions them in the
+//     kernel. Everything else is real.
 //   - The node's HTTP API authenticates no one without mutual TLS: any local
 //     program can call it on loopback.
 package main

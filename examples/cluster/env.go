@@ -104,16 +104,22 @@ func (e *env) lease() time.Duration { return e.opts.hb / 2 }
 // addStore serves a store named name (its timeline lane) on loopback. With
 // unfenced set it skips the epoch check (tokens are still verified).
 func (e *env) addStore(ctx context.Context, name, backend string, unfenced bool) (*storeHandle, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	return e.addStoreOn(ctx, name, backend, unfenced, ln, &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}})
+}
+
+// addStoreOn serves a store on ln (which it closes when the store stops)
+// and talks to it with hc.
+func (e *env) addStoreOn(ctx context.Context, name, backend string, unfenced bool, ln net.Listener, hc *http.Client) (*storeHandle, error) {
 	st, err := openStore(ctx, storeConfig{
 		Backend: backend, Data: filepath.Join(e.dir, name+".db"), Cluster: "demo",
 		Unfenced: unfenced, Verifier: e.codec, Log: e.log,
 	})
 	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		st.Close()
+		ln.Close()
 		return nil, err
 	}
 	srv := &http.Server{Handler: st.Handler(), ReadHeaderTimeout: 5 * time.Second}
@@ -122,10 +128,12 @@ func (e *env) addStore(ctx context.Context, name, backend string, unfenced bool)
 		defer close(done)
 		_ = srv.Serve(ln)
 	}()
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}}
 	h := &storeHandle{name: name, st: st, url: "http://" + ln.Addr().String(), unfenced: unfenced}
+	var stop func()
 	h.c = newStoreClient(h.url, hc)
-	h.stop = func() {
+	var once sync.Once
+	h.stop = func() { once.Do(stop) }
+	stop = func() {
 		hc.CloseIdleConnections()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

@@ -38,6 +38,7 @@ var scenarios = []scenarioDef{
 	{"half-done", "Where it breaks: fencing rejects, it does not undo", "a two-step write without a transaction leaves step one behind; with -tx (sqlfence Tx) it leaves nothing", []string{"tx"}, runHalfDone},
 	{"stale-read", "Where it breaks: reads are not fenced", "A reads, pauses, acts on stale data; an unfenced read by the deposed leader is served, a Check-ed one refused", nil, runStaleRead},
 	{"efficiency", "Try it 4 / efficiency vs correctness", "a job guarded by an efficiency lock runs twice: a duplicate, not corruption — no fence needed", nil, runEfficiency},
+	{"lab", "The idea on three machines (-lab)", "node processes on hosts of their own (Linux network namespaces; root): a leader paused by SIGSTOP, then one partitioned by the kernel; both late writes refused", []string{"unfenced"}, runLab},
 	{"gc-pause", "The idea in one minute (a real pause)", "a node process is SIGSTOPped while it leads, a new leader is elected, SIGCONT: its late write is refused", []string{"unfenced"}, runGCPause},
 }
 
@@ -73,6 +74,7 @@ type options struct {
 	hb       time.Duration
 	verbose  bool
 	svg      string
+	lab      bool
 }
 
 // demoTimeout bounds one whole run.
@@ -86,6 +88,15 @@ func demoMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Usage = func() { usage(fs) }
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if o.lab {
+		scenarioSet := false
+		fs.Visit(func(f *flag.Flag) { scenarioSet = scenarioSet || f.Name == "scenario" })
+		if scenarioSet && o.scenario != "lab" {
+			fmt.Fprintf(stderr, "cluster: -lab runs -scenario lab, not %q\n", o.scenario)
+			return errUsage
+		}
+		o.scenario = "lab"
 	}
 	if o.scenario == "list" {
 		listScenarios(stdout)
@@ -172,6 +183,7 @@ func demoFlags(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&o.hb, "heartbeat", 250*time.Millisecond, "Raft heartbeat and election timeout; the leader lease is half of it")
 	fs.BoolVar(&o.verbose, "v", false, "log Raft and the store to stderr")
 	fs.StringVar(&o.svg, "svg", "", "draw the run's timeline into this SVG file")
+	fs.BoolVar(&o.lab, "lab", false, "run on \"three machines\": -scenario lab (Linux network namespaces; needs root and iproute2)")
 }
 
 // logger returns the run's logger (stderr with -v, else discarded).

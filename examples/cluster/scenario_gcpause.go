@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -31,21 +32,8 @@ func runGCPause(ctx context.Context, e *env) (*summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Every write the store counts goes on the timeline, on the lane of the
-	// leader its epoch names.
-	st.st.cfg.OnWrite = func(ev writeEvent) {
-		ep, err := epoch.Parse(ev.Epoch)
-		if err != nil {
-			return
-		}
-		kind := evAccepted
-		if ev.Status != http.StatusOK {
-			kind = evRefused
-			e.tl.say(ep.Leader, "writes with %s -> REFUSED (%d: %s)", ep, ev.Status, ev.Reason)
-		}
-		e.tl.mark(event{Lane: ep.Leader, To: st.name, Kind: kind, Term: ep.Term, Label: fmt.Sprintf("%s t%d", kind, ep.Term)})
-	}
-	procs, err := e.startNodeProcs(ctx, st.url)
+	e.markStoreWrites(st)
+	procs, err := e.startNodeProcs(ctx, st.url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +131,23 @@ func runGCPause(ctx context.Context, e *env) (*summary, error) {
 	return sum, nil
 }
 
+// markStoreWrites puts every write the store counts on the timeline, on
+// the lane of the leader its epoch names.
+func (e *env) markStoreWrites(st *storeHandle) {
+	st.st.cfg.OnWrite = func(ev writeEvent) {
+		ep, err := epoch.Parse(ev.Epoch)
+		if err != nil {
+			return
+		}
+		kind := evAccepted
+		if ev.Status != http.StatusOK {
+			kind = evRefused
+			e.tl.say(ep.Leader, "writes with %s -> REFUSED (%d: %s)", ep, ev.Status, ev.Reason)
+		}
+		e.tl.mark(event{Lane: ep.Leader, To: st.name, Kind: kind, Term: ep.Term, Label: fmt.Sprintf("%s t%d", kind, ep.Term)})
+	}
+}
+
 // gcWriteEvery is how often a leading node process writes.
 const gcWriteEvery = 100 * time.Millisecond
 
@@ -164,16 +169,28 @@ type nodeProcs struct {
 }
 
 // startNodeProcs starts three `cluster node` processes bootstrapped as one
-// cluster, writing to storeURL with the env's token key.
-func (e *env) startNodeProcs(ctx context.Context, storeURL string) (*nodeProcs, error) {
+// cluster, writing to storeURL with the env's token key: on loopback, or
+// with lab set each on a host of its own (lab.hosts), reached from
+// lab.client.
+func (e *env) startNodeProcs(ctx context.Context, storeURL string, lab *labHosts) (*nodeProcs, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
+	tr := &http.Transport{DisableKeepAlives: true}
+	if lab != nil {
+		tr.DialContext = lab.client.DialContext
+	}
 	p := &nodeProcs{byID: map[string]*exec.Cmd{}, url: map[string]string{}, raft: map[string]string{},
-		done: map[string]chan struct{}{}, hc: &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
-	addrs, err := freeAddrs(3)
-	if err != nil {
+		done: map[string]chan struct{}{}, hc: &http.Client{Timeout: time.Second, Transport: tr}}
+	var addrs []string
+	httpAddr := func(int) string { return "127.0.0.1:0" }
+	if lab != nil {
+		for _, h := range lab.nodes {
+			addrs = append(addrs, h.HostPort(labRaftPort))
+		}
+		httpAddr = func(i int) string { return lab.nodes[i].HostPort(labHTTPPort) }
+	} else if addrs, err = freeAddrs(3); err != nil {
 		return nil, err
 	}
 	var boot []string
@@ -184,12 +201,17 @@ func (e *env) startNodeProcs(ctx context.Context, storeURL string) (*nodeProcs, 
 		boot = append(boot, id+"="+addrs[i])
 	}
 	e.tl.addLanes(p.ids...)
-	for _, id := range p.ids {
+	for i, id := range p.ids {
 		af := filepath.Join(e.dir, id+".addr")
-		cmd := exec.Command(exe, "node", "-id", id, "-raft", p.raft[id], "-http", "127.0.0.1:0",
+		args := []string{"node", "-id", id, "-raft", p.raft[id], "-http", httpAddr(i),
 			"-data", filepath.Join(e.dir, id), "-bootstrap", strings.Join(boot, ","),
 			"-store", storeURL, "-token-key", filepath.Join(e.dir, "token.key"),
-			"-heartbeat", e.opts.hb.String(), "-write-every", gcWriteEvery.String(), "-addr-file", af)
+			"-heartbeat", e.opts.hb.String(), "-write-every", gcWriteEvery.String(), "-addr-file", af}
+		cmd := exec.Command(exe, args...)
+		if lab != nil {
+			// ip netns exec becomes the node: signals reach it.
+			cmd = lab.nodes[i].Command(context.Background(), exe, args...)
+		}
 		var out io.Writer = e.logOut
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
@@ -321,3 +343,6 @@ func (p *nodeProcs) stop() {
 	}
 	p.hc.CloseIdleConnections()
 }
+
+// index returns the position of node id.
+func (p *nodeProcs) index(id string) int { return slices.Index(p.ids, id) }

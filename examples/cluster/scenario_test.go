@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/internal/netlab/netlabtest"
 )
 
 // runCluster runs the example binary with args and returns its output lines
@@ -155,6 +156,15 @@ func TestScenarios(t *testing.T) {
 					t.Errorf("the SIGSTOP (%s) did not outlast the lease (%s)", m["pause"], m["lease"])
 				}
 			}},
+		// The lab scenario (needs root: skipped otherwise); the fenced run
+		// is TestLabCommand's, through -lab.
+		{"lab-unfenced", []string{"-scenario", "lab", "-unfenced"}, want{"fenced": "false", "refused_paused": "0", "refused_partitioned": "0", "lost": "2", "ok": "false"},
+			func(t *testing.T, m map[string]string, out string) {
+				checkAB("B's update is LOST")(t, m, out)
+				if !strings.Contains(out, "C's update is LOST") {
+					t.Errorf("the output does not say the partitioned leader's late write overwrote C's")
+				}
+			}},
 	}
 	covered := map[string]bool{}
 	for _, c := range cases {
@@ -168,6 +178,9 @@ func TestScenarios(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			if c.args[1] == "lab" {
+				netlabtest.Require(t)
+			}
 			args := append([]string{testScenarioHeartbeat}, c.args...)
 			m, out := runScenario(t, args...)
 			if m["scenario"] != c.args[1] {
@@ -294,12 +307,12 @@ func TestScenarioList(t *testing.T) {
 	if len(lines) != len(scenarios) {
 		t.Errorf("-scenario list printed %d lines for %d scenarios:\n%s", len(lines), len(scenarios), strings.Join(lines, "\n"))
 	}
-	for _, want := range []string{"paused", "short-pause", "audit-log", "restart", "two-resources", "half-done", "stale-read", "efficiency", "gc-pause"} {
+	for _, want := range []string{"paused", "short-pause", "audit-log", "restart", "two-resources", "half-done", "stale-read", "efficiency", "gc-pause", "lab"} {
 		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want+" ") }) {
 			t.Errorf("-scenario list lacks %s:\n%s", want, strings.Join(lines, "\n"))
 		}
 	}
-	for _, args := range [][]string{{"-scenario", "nope"}, {"-scenario", "audit-log", "-volatile"}, {"-scenario", "paused", "-tx"}} {
+	for _, args := range [][]string{{"-scenario", "nope"}, {"-scenario", "audit-log", "-volatile"}, {"-scenario", "paused", "-tx"}, {"-lab", "-scenario", "paused"}} {
 		lines, code := runCluster(t, args...)
 		if code != 2 {
 			t.Errorf("cluster %v exited %d, want 2:\n%s", args, code, strings.Join(lines, "\n"))

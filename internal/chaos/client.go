@@ -76,8 +76,10 @@ func classify(op *Op, status int, body []byte, err error) (hint string) {
 	case status == http.StatusServiceUnavailable && strings.Contains(r.Error, "not leader"):
 		op.Outcome = NotLeader
 		return r.Leader
-	case status == http.StatusBadGateway && strings.Contains(r.Error, "dial tcp") && strings.Contains(r.Error, "connection refused"):
-		// The node could not connect to the store: nothing was sent.
+	case status == http.StatusBadGateway && strings.Contains(r.Error, "dial tcp"):
+		// The node could not connect to the store — refused, or in
+		// netlab mode also EACCES, EHOSTUNREACH or a connect timeout
+		// behind a cut link: nothing was sent.
 		op.Outcome = StoreDead
 	default:
 		// A 5xx may be the node failing to reach the store, or the
@@ -319,8 +321,9 @@ func (w *workload) openPinned(ctx context.Context, client, i int, resource strin
 	p.op.Value = w.nextValue(client)
 	p.body, _ = json.Marshal(map[string]string{"resource": resource, "value": p.op.Value})
 	p.op.Call = w.rec.Now()
-	d := net.Dialer{Timeout: w.cfg.WriteTimeout}
-	conn, err := d.DialContext(ctx, "tcp", n.proc.addr)
+	dctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+	conn, err := w.c.dial(dctx, "tcp", n.proc.addr)
+	cancel()
 	if err != nil {
 		return nil
 	}

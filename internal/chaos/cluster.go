@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/internal/netlab"
 )
 
 // node is one `cluster node` process.
@@ -34,10 +36,20 @@ type cluster struct {
 	storeURL string
 	client   *http.Client
 	tr       *http.Transport
+	// dial connects the harness to a node or the store: directly on
+	// loopback, or from the lab's client host in netlab mode.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// lab, in netlab mode, holds one host per node, one for the store and
+	// one for the harness's clients (labClient).
+	lab *netlab.Lab
 
 	mu        sync.Mutex
 	storeDown []window // when the store was killed, until it served again
 	storeDead []window // when no store process existed at all
+	// storeCut, in netlab mode: per node index, when the lab cut that
+	// node's link to the store (a node's 5xx then is the cut, not the
+	// store failing).
+	storeCut map[int][]window
 }
 
 // window is a closed time interval on the recorder's clock.
@@ -45,46 +57,88 @@ type window struct{ from, to time.Duration }
 
 const clusterName = "chaos"
 
-func newCluster(cfg Config) (*cluster, error) {
+// Fixed ports in netlab mode: each process has a host of its own.
+const (
+	labRaftPort  = 7000
+	labHTTPPort  = 8080
+	labStorePort = 7000
+)
+
+// Lab host names in netlab mode: n1..nN for the nodes, then these.
+const (
+	labStoreHost  = "store"
+	labClientHost = "client"
+)
+
+// newCluster lays the cluster out: on loopback, or in netlab mode one lab
+// host per process (built here; close removes it).
+func newCluster(ctx context.Context, cfg Config) (*cluster, error) {
 	key := filepath.Join(cfg.Dir, "token.key")
 	if err := os.WriteFile(key, []byte(strings.Repeat("5ec7e7", 11)+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("chaos: key file: %w", err)
 	}
-	storeAddr, err := freePort()
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
+	c := &cluster{cfg: cfg, tr: tr, client: &http.Client{Transport: tr}, dial: (&net.Dialer{}).DialContext}
+	// addr returns the address process i (node i, or the store at i ==
+	// cfg.Nodes) serves port on.
+	var addr func(i, port int) (string, error)
+	host := func(int) *netlab.Host { return nil }
+	if cfg.Netlab {
+		lab, err := netlab.New(ctx, netlab.Config{Hosts: append(netlab.Names("n", cfg.Nodes), labStoreHost, labClientHost)})
+		if err != nil {
+			return nil, fmt.Errorf("chaos: netlab: %w", err)
+		}
+		c.lab = lab
+		hosts := lab.Hosts()
+		client := lab.Host(labClientHost)
+		c.dial = client.DialContext
+		tr.DialContext = client.DialContext
+		host = func(i int) *netlab.Host { return hosts[i] }
+		addr = func(i, port int) (string, error) { return hosts[i].HostPort(port), nil }
+	} else {
+		addr = func(int, int) (string, error) { return freePort() }
+	}
+	storeAddr, err := addr(cfg.Nodes, labStorePort)
 	if err != nil {
+		c.closeLab()
 		return nil, err
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
-	c := &cluster{cfg: cfg, tr: tr, client: &http.Client{Transport: tr}, storeURL: "http://" + storeAddr}
+	c.storeURL = "http://" + storeAddr
 	c.storeAF = filepath.Join(cfg.Dir, "store.addr")
 	storeArgs := []string{"store", "-http", storeAddr, "-data", filepath.Join(cfg.Dir, "store."+cfg.Backend),
 		"-backend", cfg.Backend, "-cluster", clusterName, "-token-key", key, "-addr-file", c.storeAF}
 	if cfg.Unfenced {
 		storeArgs = append(storeArgs, "-unfenced")
 	}
-	c.store = &proc{name: "store", bin: cfg.Binary, args: storeArgs, logPath: filepath.Join(cfg.Dir, "store.log"), addr: storeAddr}
+	c.store = &proc{name: "store", bin: cfg.Binary, args: storeArgs, logPath: filepath.Join(cfg.Dir, "store.log"), addr: storeAddr, host: host(cfg.Nodes)}
 
 	var boot []string
 	for i := 0; i < cfg.Nodes; i++ {
-		raftAddr, err := freePort()
+		raftAddr, err := addr(i, labRaftPort)
 		if err != nil {
+			c.closeLab()
 			return nil, err
 		}
 		id := fmt.Sprintf("n%d", i+1)
 		c.nodes = append(c.nodes, &node{id: id, raft: raftAddr})
 		boot = append(boot, id+"="+raftAddr)
 	}
-	for _, n := range c.nodes {
-		httpAddr, err := freePort()
+	for i, n := range c.nodes {
+		httpAddr, err := addr(i, labHTTPPort)
 		if err != nil {
+			c.closeLab()
 			return nil, err
 		}
 		n.addrFile = filepath.Join(cfg.Dir, n.id+".addr")
 		args := []string{"node", "-id", n.id, "-cluster", clusterName, "-raft", n.raft, "-http", httpAddr,
 			"-data", filepath.Join(cfg.Dir, n.id), "-bootstrap", strings.Join(boot, ","),
 			"-store", c.storeURL, "-token-key", key, "-heartbeat", cfg.Heartbeat.String(),
-			"-fault-endpoint", "-addr-file", n.addrFile}
-		n.proc = &proc{name: n.id, bin: cfg.Binary, args: args, logPath: filepath.Join(cfg.Dir, n.id+".log"), addr: httpAddr}
+			"-addr-file", n.addrFile}
+		if !cfg.Netlab {
+			// In netlab mode the kernel makes the partitions.
+			args = append(args, "-fault-endpoint")
+		}
+		n.proc = &proc{name: n.id, bin: cfg.Binary, args: args, logPath: filepath.Join(cfg.Dir, n.id+".log"), addr: httpAddr, host: host(i)}
 	}
 	return c, nil
 }
@@ -172,6 +226,30 @@ func (c *cluster) storeDeadThroughout(from, to time.Duration) bool {
 	return false
 }
 
+// noteStoreCut records that node i could not reach the store in
+// [from, to].
+func (c *cluster) noteStoreCut(i int, from, to time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.storeCut == nil {
+		c.storeCut = map[int][]window{}
+	}
+	c.storeCut[i] = append(c.storeCut[i], window{from, to})
+}
+
+// storeCutDuring reports whether [from, to] overlaps a time node i's link
+// to the store was cut, widened by grace on both sides.
+func (c *cluster) storeCutDuring(i int, from, to, grace time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.storeCut[i] {
+		if from <= w.to+grace && w.from-grace <= to {
+			return true
+		}
+	}
+	return false
+}
+
 // storeDownDuring reports whether [from, to] overlaps a time the store was
 // down, widened by grace on both sides.
 func (c *cluster) storeDownDuring(from, to, grace time.Duration) bool {
@@ -194,6 +272,17 @@ func (c *cluster) close() {
 	}
 	wg.Wait()
 	c.tr.CloseIdleConnections()
+	c.closeLab()
+}
+
+// closeLab removes the lab, in netlab mode, once its processes are gone.
+func (c *cluster) closeLab() {
+	if c.lab == nil {
+		return
+	}
+	if err := c.lab.Close(); err != nil {
+		fmt.Fprintf(c.cfg.Log, "chaos: netlab close: %v\n", err)
+	}
 }
 
 func (c *cluster) procs() []*proc {

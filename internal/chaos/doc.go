@@ -19,6 +19,22 @@
 // transport, since the processes share one loopback). Every kind is
 // injected at least once per run.
 //
+// # Netlab mode
+//
+// With Config.Netlab (Linux, as root) every process runs on a host of its
+// own in an internal/netlab lab — n1..nN, the store, and "client", the host
+// the harness's HTTP clients dial from — and the kernel makes the
+// partitions instead of the nodes' POST /fault: a node's cable pulled (its
+// switch port down: silent, also to the clients), a node isolated from the
+// other nodes and the store, a link between two nodes or between a node
+// and the store cut both ways, or one way; each cut in one of netlab's
+// modes, drawn from the seed: silent (packets dropped at the receiver),
+// refused (TCP resets), unreachable or prohibited (the sender's routes).
+// SIGSTOP/SIGCONT, SIGKILL and restart of nodes and store, and resigns, are
+// as on loopback; the checker and the final line are the same. The lab is
+// removed when the run ends (and by the next lab's start if the run was
+// killed).
+//
 // # What is checked
 //
 //   - Linearizability (porcupine) against a fenced register per resource: a
@@ -62,8 +78,9 @@
 //
 // # Running
 //
-//	go test ./internal/chaos                      # short: 3 nodes, 30 faults
+//	go test ./internal/chaos                      # short: 3 nodes, 30 faults; netlab: 12
 //	TERMFENCE_CHAOS=10m go test -timeout 60m -run 'TestChaos$' ./internal/chaos
+//	TERMFENCE_CHAOS_NETLAB=10m go test -timeout 60m -run 'TestChaosNetlab$' ./internal/chaos
 //	TERMFENCE_CHAOS_SEED=S ...                    # replay the nemesis's choices
 //	TERMFENCE_CHAOS_BIN=path ...                  # test a prebuilt examples/cluster
 //	TERMFENCE_CHAOS_HISTORY=failures/.../history.json go test -run TestCheckSavedHistory ./internal/chaos

@@ -48,7 +48,8 @@ const (
 	// Unreachable: the node refused the connection; nothing was sent.
 	Unreachable
 	// StoreDead: the node answered 5xx while no store process existed
-	// for the whole operation; nothing was applied.
+	// for the whole operation, or answered that it could not connect to
+	// the store; nothing was applied.
 	StoreDead
 	// Indeterminate: timeout, reset or a 5xx other than "not leader": the
 	// write may or may not have been applied, at any later time.

@@ -45,13 +45,31 @@ type nemesis struct {
 	// hostileAccepted lists the forged RPCs a node accepted (forge's
 	// ACCEPTED lines): each is a violation.
 	hostileAccepted []string
+	// labCounts counts netlab-mode partitions by kind and mode.
+	labCounts map[string]int
 }
 
-func (n *nemesis) pick() faultKind {
+// labFaultWeights, in netlab mode: partitions are what the lab is for,
+// so they come as often as pauses.
+var labFaultWeights = [numFaultKinds]int{pauseLeader: 30, killNode: 15, partition: 30, resign: 10, killStore: 15}
+
+// weights are the fault kinds' weights in this run's mode; a kind of
+// weight 0 is never injected.
+func (n *nemesis) weights() [numFaultKinds]int {
 	weights := faultWeights
+	if n.cfg.Netlab {
+		// The kernel cuts links in the lab; the hostile peer and the
+		// transport-level refused link are the in-process mode's.
+		weights = labFaultWeights
+	}
 	if n.cfg.Forge == "" {
 		weights[hostilePeer] = 0
 	}
+	return weights
+}
+
+func (n *nemesis) pick() faultKind {
+	weights := n.weights()
 	total := 0
 	for _, w := range weights {
 		total += w
@@ -84,7 +102,7 @@ func (n *nemesis) run(ctx context.Context) error {
 	// Every kind at least once, whatever the seed drew (the draws above
 	// stay those of the seed).
 	for k := range numFaultKinds {
-		if ctx.Err() != nil || n.counts[k] > 0 || (k == hostilePeer && n.cfg.Forge == "") {
+		if ctx.Err() != nil || n.counts[k] > 0 || n.weights()[k] == 0 {
 			continue
 		}
 		if err := n.one(ctx, func() faultKind { return k }); err != nil {
@@ -249,6 +267,9 @@ func (n *nemesis) partition(ctx context.Context, i int, isolateLeader bool, j in
 			i = li
 		}
 	}
+	if n.cfg.Netlab {
+		return n.labPartition(ctx, n.drawLabFault(i, isolateLeader, j), d)
+	}
 	if j == i {
 		j = (i + 1) % len(n.c.nodes)
 	}
@@ -269,8 +290,12 @@ func (n *nemesis) partition(ctx context.Context, i int, isolateLeader bool, j in
 	return n.healAll(ctx)
 }
 
-// healAll undoes every partition on every running node.
+// healAll undoes every partition on every running node (in netlab
+// mode: every fault of the lab).
 func (n *nemesis) healAll(ctx context.Context) error {
+	if n.cfg.Netlab {
+		return n.c.lab.Heal(context.WithoutCancel(ctx))
+	}
 	for i, nd := range n.c.nodes {
 		if !nd.proc.running() {
 			continue

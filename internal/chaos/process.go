@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/termfence/termfence/internal/netlab"
 )
 
 // ModuleRoot returns the directory of the main module's go.mod, as
@@ -77,6 +79,8 @@ type proc struct {
 	args    []string
 	logPath string
 	addr    string // the HTTP address the process serves on
+	// host, in netlab mode, is the lab host the process runs in.
+	host *netlab.Host
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -103,10 +107,17 @@ func (p *proc) start() error {
 	}
 	p.starts++
 	fmt.Fprintf(logf, "=== chaos: start #%d: %s %s\n", p.starts, p.bin, strings.Join(p.args, " "))
-	cmd := exec.Command(p.bin, p.args...)
+	var cmd *exec.Cmd
+	if p.host != nil {
+		// ip netns exec becomes the program: signals reach it, and it
+		// dies with the harness (Pdeathsig, set by Command).
+		cmd = p.host.Command(context.Background(), p.bin, p.args...)
+	} else {
+		cmd = exec.Command(p.bin, p.args...)
+		// Children die with the harness even if it is killed before cleanup.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Children die with the harness even if it is killed before cleanup.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("chaos: start %s: %w", p.name, err)

@@ -45,6 +45,12 @@ type Config struct {
 	WriteTimeout time.Duration
 	CheckTimeout time.Duration // porcupine's budget; 0: none
 	Log          io.Writer     // progress lines; nil: discarded
+	// Netlab runs every process on a host of its own in an
+	// internal/netlab lab (Linux, root): the nodes n1..nN, the store and
+	// the harness's clients each get a network namespace, and partitions
+	// are the kernel's (links down, blackhole/unreachable/prohibit routes,
+	// refused connections) instead of the nodes' POST /fault.
+	Netlab bool
 }
 
 // Validate reports the first problem with c.
@@ -136,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return res, fmt.Errorf("chaos: %w", err)
 	}
-	c, err := newCluster(cfg)
+	c, err := newCluster(ctx, cfg)
 	if err != nil {
 		return res, err
 	}
@@ -145,9 +151,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	rec := NewRecorder()
 	w := newWorkload(c, rec, cfg)
 	rng := rand.New(rand.NewSource(cfg.Seed))
-	nem := &nemesis{c: c, w: w, cfg: cfg, rng: rand.New(rand.NewSource(rng.Int63())), logf: logf}
+	nem := &nemesis{c: c, w: w, cfg: cfg, rng: rand.New(rand.NewSource(rng.Int63())), logf: logf, labCounts: map[string]int{}}
 
-	logf("chaos: seed=%d nodes=%d heartbeat=%v unfenced=%t backend=%s dir=%s", cfg.Seed, cfg.Nodes, cfg.Heartbeat, cfg.Unfenced, cfg.Backend, cfg.Dir)
+	logf("chaos: seed=%d nodes=%d heartbeat=%v unfenced=%t backend=%s netlab=%t dir=%s", cfg.Seed, cfg.Nodes, cfg.Heartbeat, cfg.Unfenced, cfg.Backend, cfg.Netlab, cfg.Dir)
+	if c.lab != nil {
+		for _, h := range c.lab.Hosts() {
+			logf("chaos: netlab %s: %s", c.lab.Name(), h)
+		}
+	}
 	if err := c.startStore(ctx); err != nil {
 		return res, err
 	}
@@ -196,6 +207,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.FaultCounts = map[string]int{}
 	for k, n := range nem.counts {
 		res.FaultCounts[faultKind(k).String()] = n
+	}
+	for k, n := range nem.labCounts {
+		res.FaultCounts[k] = n
 	}
 	if nemErr != nil {
 		stop()
@@ -258,8 +272,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		// A 5xx while the store was up is the store (or node) failing a
 		// write it should have answered.
+		// In netlab mode a 5xx from a node cut off from the store is
+		// the cut.
 		if op.Kind == Write && op.Status >= 500 && op.Outcome == Indeterminate && op.Contract == "" &&
-			!c.storeDownDuring(op.Call, op.Return, 5*cfg.Heartbeat) {
+			!c.storeDownDuring(op.Call, op.Return, 5*cfg.Heartbeat) &&
+			!c.storeCutDuring(c.indexOf(op.Node), op.Call, op.Return, 5*cfg.Heartbeat) {
 			op.Contract = fmt.Sprintf("%d while the store was up: %s", op.Status, op.Detail)
 		}
 	}
@@ -299,8 +316,8 @@ func writeFailure(cfg Config, res Result, h History) (string, error) {
 		return "", fmt.Errorf("chaos: %w", err)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\nreplay: TERMFENCE_CHAOS_SEED=%d\nnodes=%d heartbeat=%v unfenced=%t backend=%s faults=%v\nlogs: %s\n\n",
-		res.Line, cfg.Seed, cfg.Nodes, cfg.Heartbeat, cfg.Unfenced, cfg.Backend, res.FaultCounts, cfg.Dir)
+	fmt.Fprintf(&b, "%s\n\nreplay: TERMFENCE_CHAOS_SEED=%d\nnodes=%d heartbeat=%v unfenced=%t backend=%s netlab=%t faults=%v\nlogs: %s\n\n",
+		res.Line, cfg.Seed, cfg.Nodes, cfg.Heartbeat, cfg.Unfenced, cfg.Backend, cfg.Netlab, res.FaultCounts, cfg.Dir)
 	for _, s := range res.LeaderConflicts {
 		fmt.Fprintf(&b, "leader conflict: %s\n", s)
 	}

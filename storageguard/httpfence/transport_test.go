@@ -410,12 +410,25 @@ func TestProxyTransportCancelMidBody(t *testing.T) {
 		if r := e.send("POST", "/", tok, "X-Req", "fast"); r.status != 200 {
 			t.Fatalf("fast: %+v", r)
 		}
-		r := e.send("POST", "/", tok, "X-Req", "slow")
-		if r.err == nil || len(r.body) >= 100000 {
-			t.Fatalf("a body cut off by the timeout read as complete: %d bytes, %v", len(r.body), r.err)
+		// Under load the timeout may run out before the backend's headers
+		// reach the proxy: that is a 504 of the proxy's own, also a correct
+		// answer, but not the case under test, so it is tried again. Each
+		// try's connection is cut and replaced.
+		tries := 0
+		for {
+			tries++
+			r := e.send("POST", "/", tok, "X-Req", "slow")
+			recv(t, cancelled, "the backend to see its request cancelled")
+			if r.status == http.StatusGatewayTimeout && r.refusal.Code == "backend_timeout" && tries < 5 {
+				t.Logf("try %d: the timeout ran out before the headers came: %+v", tries, r)
+				continue
+			}
+			if r.status != http.StatusOK || r.err == nil || len(r.body) >= 100000 {
+				t.Fatalf("a body cut off by the timeout read as complete: status %d, %d bytes, %v", r.status, len(r.body), r.err)
+			}
+			break
 		}
-		recv(t, cancelled, "the backend to see its request cancelled")
-		e.sendFast(t, tok, "after the cut", 2, "the cut one replaced once")
+		e.sendFast(t, tok, "after the cut", int64(1+tries), "each cut one replaced once")
 	})
 }
 

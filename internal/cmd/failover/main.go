@@ -3,7 +3,7 @@
 // side with raw hashicorp/raft wired the plain way, in the same run.
 //
 //	go run ./internal/cmd/failover [-n 50] [-ht 100ms] [-llt 50ms]
-//	    [-scenarios crash,killed,handover] [-json FILE] [-v]
+//	    [-scenarios crash,killed,handover] [-json FILE] [-v] [-net sim|netlab]
 //	go run ./internal/cmd/failover -healthy 10m [-ht 50ms]
 //
 // Both clusters run on loopback TCP (hashicorp/raft's NetworkTransport with
@@ -29,6 +29,19 @@
 // For crash and killed the command also reports the Raft terms spent per
 // failover (new leader's term minus the old one; 1 is the minimum), and for
 // termfence the time from raft's win to the confirmed epoch when it saw both.
+//
+// -net netlab (Linux, as root) runs the same scenarios with each node a
+// process of its own in a host of an internal/netlab lab — six hosts, one
+// per node, on a bridge in a namespace of its own — so the faults are the
+// kernel's: crash takes the leader's switch port down (its connections go
+// silent, its address stops answering; timed from just before the netlink
+// request), killed SIGKILLs the leader's process on a live host (the
+// kernel closes its connections and refuses its port), handover asks the
+// leader's process to Resign / LeadershipTransfer. Nodes use
+// transport.NewTCP (termfence) and raft.NewTCPTransport (raw), pool 3,
+// timeout 10 s. Each node reports its events on its standard output with
+// CLOCK_MONOTONIC times, the clock the parent takes the fault time on. The
+// rows are labelled "(netlab)" and carry params net=netlab.
 //
 // -json FILE writes every distribution in the result-file format of
 // docs/PERFORMANCE.md (version 1), from a local struct with the same JSON
@@ -78,7 +91,14 @@ const (
 	scHandover = "handover"
 )
 
+// Networks (-net).
+const (
+	netSim = "sim"    // one process, loopback TCP, netsim.go's stream layer
+	netLab = "netlab" // a process per node, each in a lab host (labcluster.go)
+)
+
 type params struct {
+	net           string // netSim or netLab
 	rounds        int
 	ht, et, llt   time.Duration
 	settleTimeout time.Duration
@@ -101,11 +121,23 @@ func main() {
 	verbose := flag.Bool("v", false, "log termfence's raft and election events to stderr")
 	burners := flag.Int("burners", runtime.NumCPU(), "with -healthy: CPU-burning processes to run (default one per core)")
 	burn := flag.Bool("burn", false, "internal: burn one CPU until killed (the -healthy load)")
+	netMode := flag.String("net", "sim", `network: "sim" (one process, loopback TCP, a stream layer that plays the dead host) or "netlab" (one process per node, each in a network namespace of its own: internal/netlab; needs root)`)
+	if len(os.Args) > 1 && os.Args[1] == "-lab-node" {
+		os.Exit(labNodeMain(os.Args[2:]))
+	}
 	flag.Parse()
 	if *burn {
 		burnCPU()
 	}
-	p := params{burners: *burners, rounds: *n, ht: *ht, et: *ht, llt: *llt, jsonPath: *jsonPath, healthy: *healthy, verbose: *verbose}
+	p := params{burners: *burners, rounds: *n, ht: *ht, et: *ht, llt: *llt, jsonPath: *jsonPath, healthy: *healthy, verbose: *verbose, net: *netMode}
+	if p.net != netSim && p.net != netLab {
+		fmt.Fprintf(os.Stderr, "failover: -net %q: want sim or netlab\n", p.net)
+		os.Exit(2)
+	}
+	if p.net == netLab && p.healthy > 0 {
+		fmt.Fprintln(os.Stderr, "failover: -healthy runs in-process only (-net sim)")
+		os.Exit(2)
+	}
 	if p.llt == 0 {
 		p.llt = p.ht / 2
 	}
@@ -141,6 +173,7 @@ type sample struct {
 	d     time.Duration
 	terms uint64        // new leader's term minus the old leader's
 	won   time.Duration // termfence: raft win → confirmed epoch; -1 if not seen
+	apply time.Duration // -net netlab crash: how long isolating the host took; -1 otherwise
 }
 
 // system is one three-node cluster under test.
@@ -175,19 +208,31 @@ func run(p params, out io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	systems, err := newSystems(p, dir)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		for _, s := range systems {
-			_ = s.close()
+	var systems []system
+	transportText := "loopback TCP"
+	if p.net == netLab {
+		var cleanup func()
+		if systems, cleanup, err = newLabSystems(p, dir); err != nil {
+			return err
 		}
-	}()
+		defer cleanup()
+		transportText = "TCP between network namespaces (netlab), one process per node"
+		fmt.Fprintf(out, "failover: 3 nodes per system, each a process in its own network namespace on a bridge (internal/netlab, 198.18.0.0/24); raft-boltdb (fsync), HT=%v ET=%v LLT=%v, %d rounds each; %s\n",
+			p.ht, p.et, p.llt, p.rounds, host())
+		fmt.Fprintf(out, "  crash: the leader's host's switch port goes down (silent); killed: SIGKILL of its process (host up: its port refuses); handover: Resign / LeadershipTransfer in the leader's process; clocks: CLOCK_MONOTONIC in every process\n")
+	} else {
+		if systems, err = newSystems(p, dir); err != nil {
+			return err
+		}
+		defer func() {
+			for _, s := range systems {
+				_ = s.close()
+			}
+		}()
+		fmt.Fprintf(out, "failover: 3 nodes, loopback TCP, raft-boltdb (fsync), HT=%v ET=%v LLT=%v, %d rounds each; %s\n",
+			p.ht, p.et, p.llt, p.rounds, host())
+	}
 	started := time.Now().UTC()
-
-	fmt.Fprintf(out, "failover: 3 nodes, loopback TCP, raft-boltdb (fsync), HT=%v ET=%v LLT=%v, %d rounds each; %s\n",
-		p.ht, p.et, p.llt, p.rounds, host())
 	samples := make(map[string][][]sample) // scenario → per system
 	for _, sc := range p.scenarios {
 		samples[sc] = make([][]sample, len(systems))
@@ -222,7 +267,11 @@ func run(p params, out io.Writer) error {
 			if sc != scHandover {
 				tpfText = fmt.Sprintf("%.2f", tpf)
 			}
-			fmt.Fprintf(out, "%-36s %6.1fms %6.1fms %6.1fms %6.1fms %6.1fms   %s\n", sc+": "+s.name(),
+			rowName := s.name()
+			if p.net == netLab {
+				rowName += " (netlab)"
+			}
+			fmt.Fprintf(out, "%-36s %6.1fms %6.1fms %6.1fms %6.1fms %6.1fms   %s\n", sc+": "+rowName,
 				ms(st.p50), ms(st.p90), ms(st.p99), ms(st.max), ms(mean(ds)), tpfText)
 			fmt.Fprintf(out, "%-36s %7.2fx %7.2fx %7.2fx %7.2fx %7.2fx\n", "  as a multiple of HT",
 				st.p50.Seconds()/p.ht.Seconds(), st.p90.Seconds()/p.ht.Seconds(), st.p99.Seconds()/p.ht.Seconds(),
@@ -230,9 +279,13 @@ func run(p params, out io.Writer) error {
 			r := result{
 				System: s.name(), Scenario: sc, HeartbeatTimeoutMS: ms(p.ht), Nodes: 3,
 				Params: map[string]string{
-					"et": p.et.String(), "llt": p.llt.String(), "store": "raft-boltdb", "transport": "loopback TCP",
+					"et": p.et.String(), "llt": p.llt.String(), "store": "raft-boltdb", "transport": transportText,
 				},
 				Host: host(), Started: started,
+			}
+			if p.net == netLab {
+				r.Label = rowName
+				r.Params["net"] = netLab
 			}
 			for _, d := range ds {
 				r.SamplesMS = append(r.SamplesMS, math.Round(ms(d)*1000)/1000)
@@ -251,6 +304,17 @@ func run(p params, out io.Writer) error {
 				fmt.Fprintf(out, "%-36s %6.1fms %6.1fms %6.1fms %6.1fms %6.1fms   (%d of %d rounds seen)\n", "  raft win → confirmed epoch",
 					ms(w.p50), ms(w.p90), ms(w.p99), ms(w.max), ms(mean(won)), len(won), len(smp))
 				r.Params["win_to_confirmed_p50"] = fmt.Sprintf("%.3fms", ms(w.p50))
+			}
+			var applied []time.Duration
+			for _, x := range smp {
+				if x.apply >= 0 {
+					applied = append(applied, x.apply)
+				}
+			}
+			if len(applied) > 0 {
+				a := summarize(applied)
+				fmt.Fprintf(out, "%-36s %6.3fms %6.3fms %6.3fms %6.3fms (included above)\n", "  isolating the host took",
+					ms(a.p50), ms(a.p90), ms(a.p99), ms(a.max))
 			}
 			file.Results = append(file.Results, r)
 		}
@@ -519,10 +583,11 @@ func (c *tfCluster) start(nd *tfNode) error {
 	// A raw NetworkTransport satisfies transport.Transport; election.New
 	// switches its heartbeat fast path off (transport.MainLoopOnly;
 	// invariant I2 in docs/DESIGN.md) as it does for every transport.
-	tr, hl, err := newHostTransport(nd.addr)
+	nt, hl, err := newHostTransport(nd.addr)
 	if err != nil {
 		return err
 	}
+	tr := noPipeline{nt} // as transport.NewTCP
 	logger := slog.New(slog.DiscardHandler)
 	if lc := c.p.counts[c.name()]; lc != nil {
 		logger = slog.New(slog.NewTextHandler(lc, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", nd.id)
@@ -666,7 +731,7 @@ func (c *tfCluster) failover(scenario string) (sample, error) {
 	if err != nil {
 		return sample{}, err
 	}
-	return sample{d: t1.Sub(t0), terms: s.term - old.Term, won: s.won}, c.settle()
+	return sample{d: t1.Sub(t0), terms: s.term - old.Term, won: s.won, apply: -1}, c.settle()
 }
 
 func (c *tfCluster) close() error {
@@ -868,7 +933,7 @@ func (c *rawCluster) failover(scenario string) (sample, error) {
 	if err != nil {
 		return sample{}, err
 	}
-	return sample{d: t1.Sub(t0), terms: term - oldTerm, won: -1}, c.settle()
+	return sample{d: t1.Sub(t0), terms: term - oldTerm, won: -1, apply: -1}, c.settle()
 }
 
 func (c *rawCluster) close() error {

@@ -13,7 +13,14 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain also runs the node processes of -net netlab, which the tests
+// start from this binary.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "-lab-node" {
+		os.Exit(labNodeMain(os.Args[2:]))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestSummarize(t *testing.T) {
 	var ds []time.Duration

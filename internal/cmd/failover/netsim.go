@@ -42,6 +42,15 @@ func newHostLayer(addr string) (*hostLayer, error) {
 	return &hostLayer{ln: ln, conns: make(map[*hostConn]struct{}), done: make(chan struct{})}, nil
 }
 
+// noPipeline is a NetworkTransport without raft's pipelined replication,
+// which transport.NewTCP turns off too (raft v1.7.2's pipeline can deadlock;
+// see transport/tcp.go). The raw raft cluster keeps it: it is raw raft.
+type noPipeline struct{ *raft.NetworkTransport }
+
+func (noPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
 // newHostTransport builds a NetworkTransport over a hostLayer bound to addr.
 func newHostTransport(addr string) (*raft.NetworkTransport, *hostLayer, error) {
 	hl, err := newHostLayer(addr)

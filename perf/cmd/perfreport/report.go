@@ -48,14 +48,18 @@ func rank(s string, known ...string) int {
 	return len(known)
 }
 
-// baseline finds raw raft's result for r's scenario and heartbeat timeout.
+// baseline finds raw raft's result for r's scenario and heartbeat timeout
+// measured on the same network (params "net": empty for the in-process
+// runs, "netlab" for a process per node in network namespaces). Of the
+// in-process runs only the unlabelled raw row is a baseline.
 func baseline(rs []results.Result, r results.Result) (results.Result, bool) {
 	if r.HeartbeatTimeoutMS == 0 {
 		return results.Result{}, false
 	}
+	net := r.Params["net"]
 	for _, b := range rs {
-		if b.System == results.SystemRaft && b.Label == "" && b.Scenario == r.Scenario &&
-			b.HeartbeatTimeoutMS == r.HeartbeatTimeoutMS {
+		if b.System == results.SystemRaft && (b.Label == "" || net != "") && b.Params["net"] == net &&
+			b.Scenario == r.Scenario && b.HeartbeatTimeoutMS == r.HeartbeatTimeoutMS {
 			return b, true
 		}
 	}

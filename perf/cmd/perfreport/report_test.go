@@ -45,6 +45,31 @@ func TestTable(t *testing.T) {
 	}
 }
 
+// TestTableNetlabRows: rows measured with -net netlab are shown under
+// their labels and divided by raw raft's netlab row, not the in-process one.
+func TestTableNetlabRows(t *testing.T) {
+	netlab := map[string]string{"net": "netlab"}
+	rs := append(sample(),
+		results.Result{System: results.SystemTermfence, Scenario: results.ScenarioCrash, HeartbeatTimeoutMS: 100,
+			Label: "termfence (netlab)", Params: netlab, SamplesMS: []float64{120}},
+		results.Result{System: results.SystemRaft, Scenario: results.ScenarioCrash, HeartbeatTimeoutMS: 100,
+			Label: "hashicorp-raft (netlab)", Params: netlab, SamplesMS: []float64{240}},
+	)
+	got, err := table(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{
+		"| termfence | crash | HT 100ms | 3 (+1 failed) | 250 | 300 | 300 | 300 | 1.25 |",
+		"| termfence (netlab) | crash | HT 100ms | 1 | 120 | 120 | 120 | 120 | 0.50 |",
+		"| hashicorp-raft (netlab) | crash | HT 100ms | 1 | 240 | 240 | 240 | 240 | 1.00 |",
+	} {
+		if !strings.Contains(got, row+"\n") {
+			t.Errorf("table has no row %s:\n%s", row, got)
+		}
+	}
+}
+
 func TestDuplicateRefused(t *testing.T) {
 	rs := append(sample(), results.Result{System: results.SystemRaft, Scenario: results.ScenarioCrash,
 		HeartbeatTimeoutMS: 100, SamplesMS: []float64{1}})
