@@ -20,9 +20,21 @@
 //
 // A token is what travels on the wire, in the [Header] HTTP header or
 // elsewhere. [Plain] tokens are the text form, unsigned. Signed tokens are
-// "tf1:<alg>:<text form>:<signature>", where alg is "hs256" ([NewHMAC]) or
-// "ed25519" ([NewEd25519Signer]) and the signature is unpadded base64url over
-// the algorithm and the text form. Every token is at most [MaxTokenLen] bytes.
+// "tf1:<alg>:<text form>:<signature>", where the signature is unpadded
+// base64url over "tf1:<alg>:<text form>" (the version, the whole algorithm
+// field and the text form) and alg is one of:
+//
+//	hs256            HMAC-SHA256 under a key without an ID ([NewHMAC])
+//	hs256.<key ID>   HMAC-SHA256 under the key with that ID ([NewHMACKeys]);
+//	                 key ID = 1*32( ALPHA / DIGIT / "_" / "-" )
+//	ed25519          Ed25519 ([NewEd25519Signer])
+//
+// A verifier with several HMAC keys picks the one the token names (a token
+// without a key ID needs a key without one), so a shared secret can be
+// rotated: verifiers accept old and new, signers switch, verifiers retire
+// the old key ([NewHMACKeys] says how). Tokens of the original form,
+// "tf1:hs256:<text form>:<signature>", keep verifying under a key without
+// an ID. Every token is at most [MaxTokenLen] bytes.
 //
 // # Guarantees
 //

@@ -121,8 +121,9 @@ func formatSigned(alg, text string, sig []byte) string {
 	return sb.String()
 }
 
-// verifySigned splits token, checks it names alg and returns its parts and
-// decoded signature (at most max bytes).
+// verifySigned splits token, checks it names alg (any algorithm when alg is
+// empty: the caller checks) and returns its parts and decoded signature
+// (len(sigBuf) bytes).
 func verifySigned(tokenStr, alg string, sigBuf []byte) (token, []byte, error) {
 	t, err := splitToken(tokenStr)
 	if err != nil {
@@ -134,7 +135,7 @@ func verifySigned(tokenStr, alg string, sigBuf []byte) (token, []byte, error) {
 		}
 		return token{}, nil, ErrUnsigned
 	}
-	if t.alg != alg {
+	if alg != "" && t.alg != alg {
 		return token{}, nil, fmt.Errorf("%w: token is signed with %q, want %q", ErrBadSignature, t.alg, alg)
 	}
 	if b64.DecodedLen(len(t.sig)) != len(sigBuf) {
@@ -149,20 +150,121 @@ func verifySigned(tokenStr, alg string, sigBuf []byte) (token, []byte, error) {
 
 // NewHMAC returns a codec that signs with HMAC-SHA256 under a shared secret
 // key of at least MinHMACKeyLen bytes. Every signer and verifier of a
-// resource must hold the same key; the key is copied.
+// resource must hold the same key; the key is copied. Its tokens carry no
+// key ID ("tf1:hs256:<text>:<sig>"); it is NewHMACKeys(HMACKey{Secret: key}).
+// To rotate a shared secret without a moment where writers and fences
+// disagree, use key IDs (NewHMACKeys, NewHMACVerifier).
 func NewHMAC(key []byte) (Codec, error) {
-	if len(key) < MinHMACKeyLen {
-		return nil, fmt.Errorf("epoch: HMAC key is %d bytes, need at least %d", len(key), MinHMACKeyLen)
-	}
-	k := append([]byte(nil), key...)
-	c := &hmacCodec{}
-	c.pool.New = func() any {
-		return &hmacState{h: hmac.New(sha256.New, k), buf: make([]byte, 0, 128)}
-	}
-	return c, nil
+	return NewHMACKeys(HMACKey{Secret: key})
 }
 
+// MaxKeyIDLen is the longest HMAC key ID, in bytes.
+const MaxKeyIDLen = 32
+
+// HMACKey is one shared secret of an HMAC codec and the ID that names it in
+// the tokens it signs.
+type HMACKey struct {
+	// ID is 1..MaxKeyIDLen bytes of [A-Za-z0-9_-]; tokens signed with the
+	// key are "tf1:hs256.<ID>:<text>:<sig>", and the signature covers the
+	// ID, so a token cannot be moved to another key. Empty: the key has no
+	// ID, and its tokens are "tf1:hs256:<text>:<sig>" (NewHMAC's).
+	ID string
+	// Secret is at least MinHMACKeyLen bytes; it is copied.
+	Secret []byte
+}
+
+// NewHMACKeys returns a codec that signs with sign and verifies tokens
+// signed with sign or with any key of verify, chosen by the token's key ID
+// (a token without one needs a key with an empty ID). Rotation of a shared
+// secret, with no moment where a writer's token is refused:
+//
+//  1. verifiers (fences) accept old and new: NewHMACVerifier(old, new);
+//  2. signers (leaders) switch: NewHMACKeys(new) (or NewHMACKeys(new, old)
+//     where a process also verifies);
+//  3. once no token signed with old can still be in flight, verifiers drop
+//     it: NewHMACVerifier(new). Its tokens are then refused
+//     (ErrBadSignature).
+//
+// It refuses a secret shorter than MinHMACKeyLen, a malformed ID and two
+// keys with one ID.
+func NewHMACKeys(sign HMACKey, verify ...HMACKey) (Codec, error) {
+	keys, err := hmacKeys(append([]HMACKey{sign}, verify...))
+	if err != nil {
+		return nil, err
+	}
+	return &hmacCodec{sign: keys[sign.ID], alg: hmacAlg(sign.ID), keys: keys}, nil
+}
+
+// NewHMACVerifier returns a verifier that accepts tokens signed with any of
+// keys, chosen by the token's key ID, and signs nothing: what a fence holds
+// while a shared secret is rotated (see NewHMACKeys). It refuses no keys, a
+// secret shorter than MinHMACKeyLen, a malformed ID and two keys with one ID.
+func NewHMACVerifier(keys ...HMACKey) (Verifier, error) {
+	if len(keys) == 0 {
+		return nil, errors.New("epoch: HMAC verifier needs a key")
+	}
+	ks, err := hmacKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	return &hmacCodec{keys: ks}, nil
+}
+
+// hmacAlg is the algorithm field of tokens signed with the key named id.
+func hmacAlg(id string) string {
+	if id == "" {
+		return algHMAC
+	}
+	return algHMAC + "." + id
+}
+
+// validKeyID reports whether id is a well-formed key ID.
+func validKeyID(id string) bool {
+	if id == "" || len(id) > MaxKeyIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func hmacKeys(keys []HMACKey) (map[string]*hmacKey, error) {
+	m := make(map[string]*hmacKey, len(keys))
+	for _, k := range keys {
+		if len(k.Secret) < MinHMACKeyLen {
+			return nil, fmt.Errorf("epoch: HMAC key %q is %d bytes, need at least %d", k.ID, len(k.Secret), MinHMACKeyLen)
+		}
+		if k.ID != "" && !validKeyID(k.ID) {
+			return nil, fmt.Errorf("epoch: HMAC key ID %q: want 1..%d bytes of [A-Za-z0-9_-]", k.ID, MaxKeyIDLen)
+		}
+		if _, dup := m[k.ID]; dup {
+			return nil, fmt.Errorf("epoch: two HMAC keys with ID %q", k.ID)
+		}
+		secret := append([]byte(nil), k.Secret...)
+		hk := &hmacKey{alg: hmacAlg(k.ID)}
+		hk.pool.New = func() any {
+			return &hmacState{h: hmac.New(sha256.New, secret), buf: make([]byte, 0, 128)}
+		}
+		m[k.ID] = hk
+	}
+	return m, nil
+}
+
+// hmacCodec signs with one key (sign; nil for a verifier only) and
+// verifies with every key in keys, by ID.
 type hmacCodec struct {
+	sign *hmacKey
+	alg  string
+	keys map[string]*hmacKey
+}
+
+// hmacKey is one secret, its pool of keyed hashes and its algorithm field.
+type hmacKey struct {
+	alg  string
 	pool sync.Pool // of *hmacState
 }
 
@@ -173,33 +275,50 @@ type hmacState struct {
 	buf []byte
 }
 
-func (c *hmacCodec) mac(dst []byte, text string) []byte {
-	st := c.pool.Get().(*hmacState)
+func (k *hmacKey) mac(dst []byte, text string) []byte {
+	st := k.pool.Get().(*hmacState)
 	st.h.Reset()
-	st.buf = signedInput(st.buf[:0], algHMAC, text)
+	st.buf = signedInput(st.buf[:0], k.alg, text)
 	st.h.Write(st.buf)
 	dst = st.h.Sum(dst)
-	c.pool.Put(st)
+	k.pool.Put(st)
 	return dst
 }
 
 func (c *hmacCodec) Sign(e Epoch) (string, error) {
+	if c.sign == nil {
+		return "", errors.New("epoch: HMAC verifier cannot sign")
+	}
 	if err := e.Validate(); err != nil {
 		return "", err
 	}
 	text := e.String()
 	var sum [sha256.Size]byte
-	return formatSigned(algHMAC, text, c.mac(sum[:0], text)), nil
+	return formatSigned(c.alg, text, c.sign.mac(sum[:0], text)), nil
 }
 
 func (c *hmacCodec) Verify(tok string) (Epoch, error) {
 	var sigBuf [sha256.Size]byte
-	t, sig, err := verifySigned(tok, algHMAC, sigBuf[:])
+	t, sig, err := verifySigned(tok, "", sigBuf[:])
 	if err != nil {
 		return Epoch{}, err
 	}
+	id, ok := strings.CutPrefix(t.alg, algHMAC)
+	switch {
+	case !ok:
+		return Epoch{}, fmt.Errorf("%w: token is signed with %q, want %q", ErrBadSignature, t.alg, algHMAC)
+	case id == "":
+	case id[0] == '.' && validKeyID(id[1:]):
+		id = id[1:]
+	default:
+		return Epoch{}, fmt.Errorf("%w: token is signed with %q, want %q or %q.<key ID>", ErrBadSignature, t.alg, algHMAC, algHMAC)
+	}
+	k, ok := c.keys[id]
+	if !ok {
+		return Epoch{}, fmt.Errorf("%w: no key with ID %q", ErrBadSignature, id)
+	}
 	var sum [sha256.Size]byte
-	if subtle.ConstantTimeCompare(c.mac(sum[:0], t.text), sig) != 1 {
+	if subtle.ConstantTimeCompare(k.mac(sum[:0], t.text), sig) != 1 {
 		return Epoch{}, ErrBadSignature
 	}
 	e, err := Parse(t.text)

@@ -249,3 +249,99 @@ func TestSignedTermAboveMaxTerm(t *testing.T) {
 		}
 	}
 }
+
+// TestHMACKeyIDs: tokens name their key; a verifier picks the key by that
+// name; the signature covers it; tokens of the original form (no key ID)
+// still verify under a key without an ID; bad key sets are refused.
+func TestHMACKeyIDs(t *testing.T) {
+	e := epoch.Epoch{Cluster: "prod", Term: 34, Leader: "node-b"}
+	oldKey := epoch.HMACKey{ID: "k2026a", Secret: bytes.Repeat([]byte("o"), 32)}
+	newKey := epoch.HMACKey{ID: "k2026b", Secret: bytes.Repeat([]byte("n"), 32)}
+	signer, err := epoch.NewHMACKeys(newKey, oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := signer.Sign(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "tf1:hs256.k2026b:prod/34/node-b:"; !strings.HasPrefix(tok, want) {
+		t.Fatalf("token %q does not start with %q", tok, want)
+	}
+	for _, v := range []func() (epoch.Verifier, error){
+		func() (epoch.Verifier, error) { return epoch.NewHMACVerifier(oldKey, newKey) },
+		func() (epoch.Verifier, error) { return epoch.NewHMACVerifier(newKey) },
+		func() (epoch.Verifier, error) { return signer, nil },
+	} {
+		ver, err := v()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ver.Verify(tok); err != nil || got != e {
+			t.Fatalf("Verify = %v, %v", got, err)
+		}
+	}
+	onlyOld, _ := epoch.NewHMACVerifier(oldKey)
+	if _, err := onlyOld.Verify(tok); !errors.Is(err, epoch.ErrBadSignature) {
+		t.Fatalf("a token of a retired or unknown key: %v, want ErrBadSignature", err)
+	}
+	// The key ID is signed: naming the other key fails.
+	moved := strings.Replace(tok, "hs256.k2026b", "hs256.k2026a", 1)
+	if _, err := signer.Verify(moved); !errors.Is(err, epoch.ErrBadSignature) {
+		t.Fatalf("a token moved to another key ID: %v, want ErrBadSignature", err)
+	}
+	// Even two IDs of one secret: the signature binds the ID.
+	twin, err := epoch.NewHMACKeys(epoch.HMACKey{ID: "a", Secret: key32}, epoch.HMACKey{ID: "b", Secret: key32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttok, _ := twin.Sign(e)
+	if _, err := twin.Verify(strings.Replace(ttok, "hs256.a:", "hs256.b:", 1)); !errors.Is(err, epoch.ErrBadSignature) {
+		t.Fatalf("a token moved to another ID of the same secret: %v, want ErrBadSignature", err)
+	}
+	for _, bad := range []string{"hs256.", "hs256.k/1", "hs256k2026b", "hs256." + strings.Repeat("k", epoch.MaxKeyIDLen+1)} {
+		if _, err := signer.Verify(strings.Replace(tok, "hs256.k2026b", bad, 1)); err == nil {
+			t.Errorf("algorithm field %q accepted", bad)
+		}
+	}
+	// The original form: NewHMAC's tokens (no key ID) verify under a key
+	// with an empty ID, and only there.
+	legacy := mustHMAC(t, key32)
+	ltok, _ := legacy.Sign(e)
+	if !strings.HasPrefix(ltok, "tf1:hs256:prod/34/node-b:") {
+		t.Fatalf("NewHMAC token %q changed form", ltok)
+	}
+	both, err := epoch.NewHMACVerifier(epoch.HMACKey{Secret: key32}, newKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := both.Verify(ltok); err != nil || got != e {
+		t.Fatalf("a NewHMAC token under its key without ID: %v, %v", got, err)
+	}
+	if got, err := both.Verify(tok); err != nil || got != e {
+		t.Fatalf("a key-ID token beside a key without ID: %v, %v", got, err)
+	}
+	if _, err := signer.Verify(ltok); !errors.Is(err, epoch.ErrBadSignature) {
+		t.Fatalf("a token without key ID under keys that all have one: %v", err)
+	}
+	// Refused key sets; a verifier does not sign.
+	for name, keys := range map[string][]epoch.HMACKey{
+		"none":      nil,
+		"short":     {{ID: "a", Secret: make([]byte, 31)}},
+		"bad ID":    {{ID: "a:b", Secret: key32}},
+		"long ID":   {{ID: strings.Repeat("a", epoch.MaxKeyIDLen+1), Secret: key32}},
+		"duplicate": {{ID: "a", Secret: key32}, {ID: "a", Secret: bytes.Repeat([]byte("z"), 32)}},
+	} {
+		if _, err := epoch.NewHMACVerifier(keys...); err == nil {
+			t.Errorf("%s: NewHMACVerifier accepted %v", name, keys)
+		}
+	}
+	if _, err := epoch.NewHMACKeys(oldKey, oldKey); err == nil {
+		t.Error("NewHMACKeys accepted the signing key twice")
+	}
+	if s, ok := onlyOld.(epoch.Signer); ok {
+		if _, err := s.Sign(e); err == nil {
+			t.Error("a verifier signed")
+		}
+	}
+}

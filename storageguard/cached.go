@@ -249,7 +249,9 @@ func (e *entry) do(ctx context.Context, resource string, ep epoch.Epoch, s Store
 // raise loads e if needed and, if ep is newer than its highest, records ep
 // through s. A failed Raise leaves e to be loaded again.
 func (e *entry) raise(ctx context.Context, resource string, ep epoch.Epoch, s Store) error {
-	e.mu.Lock()
+	if err := e.lock(ctx); err != nil {
+		return err
+	}
 	defer e.mu.Unlock()
 	if err := e.load(ctx, resource, s); err != nil {
 		return err
@@ -266,6 +268,38 @@ func (e *entry) raise(ctx context.Context, resource string, ep epoch.Epoch, s St
 	}
 	e.highest = ep
 	return nil
+}
+
+// lock takes e.mu for writing, or gives up when ctx ends: the context
+// bounds the wait to get in (a raise waits for the writes still running
+// under the older epoch), never the hold. A raise that gave up leaves a
+// goroutine queued on the lock, which releases it as soon as it gets it:
+// until then it holds back newcomers as the raise did, which is what
+// writer preference asks.
+func (e *entry) lock(ctx context.Context) error {
+	if e.mu.TryLock() {
+		return nil
+	}
+	if ctx.Done() == nil {
+		e.mu.Lock()
+		return nil
+	}
+	got, gaveUp := make(chan struct{}), make(chan struct{})
+	go func() {
+		e.mu.Lock()
+		select {
+		case got <- struct{}{}: // the caller holds it now
+		case <-gaveUp:
+			e.mu.Unlock()
+		}
+	}()
+	select {
+	case <-got:
+		return nil
+	case <-ctx.Done():
+		close(gaveUp)
+		return ctx.Err()
+	}
 }
 
 // runLocked runs write with e.mu read-held and releases it, even if write

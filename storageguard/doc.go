@@ -30,6 +30,14 @@
 // newer epoch waits for the writes still running under the older one, and
 // from then on the older one is refused ([ErrStale]).
 //
+// The context bounds the wait to get in, never the hold: a call checks it
+// before it waits and before the write, and a raise waiting for the writes
+// still running under an older epoch gives up when it ends (except
+// dirfence's); but once the write runs, the fence holds its admission until
+// the write returns, whatever happens to the context (the write sees it end
+// and may stop early). A client that goes away cannot let a newer epoch in
+// beside its write.
+//
 // The durable fences make a raise durable before the write runs and never
 // lower a high-water mark (I5). A [Guard] refuses a token that is missing,
 // malformed, unsigned or badly signed, or that names another cluster than
@@ -51,9 +59,16 @@
 //   - [Memory] is not durable: a restarted process admits a deposed leader
 //     again.
 //   - With no Verifier (or [epoch.Plain]) a Guard authenticates nothing.
-//   - A call checks its context before it waits and before the write, but a
-//     raise already waiting for in-flight writes waits for them: cancelling
-//     does not abandon that wait.
+//   - A fence that decides outside the process is as strong as what holds
+//     its lock. Over SQL (storageguard/sqlfence, storageguard/pgfence), Do's
+//     write runs outside the database while a database session holds the
+//     lock: if that session ends (killed, timed out, its link cut), a newer
+//     epoch can be admitted beside the write; Do then returns an error
+//     matching [ErrFenceLost], never nil, but cannot undo the write. Tx,
+//     which writes in the same transaction as the check, is the way to make
+//     a write to the same database safe.
+//   - dirfence's raise waiting for in-flight writes does not give up when
+//     its context ends (flock(2) cannot be interrupted).
 //
 // A write function must not call the fence for the same resource: a raise
 // waiting for the outer write would deadlock with it.

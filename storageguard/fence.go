@@ -14,9 +14,13 @@ type Fence interface {
 	// runs only if ep is not older than the highest epoch, and no newer epoch
 	// is admitted for resource until write has returned. Writes under the same
 	// epoch run concurrently. If ep is newer than the highest, it becomes the
-	// highest durably before write runs. Do returns write's error, or the
+	// highest durably before write runs. ctx bounds the wait to get in,
+	// never the hold: once write runs, no newer epoch is admitted until it
+	// returns, whatever happens to ctx. Do returns write's error, or the
 	// refusal (ErrStale, ErrConflict, ErrForeignCluster, epoch.ErrMalformed,
-	// ErrBadResource) without calling write.
+	// ErrBadResource) without calling write, or, from a fence that lost its
+	// hold while write ran (a database session ended), an error matching
+	// ErrFenceLost.
 	Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error
 	// Admit is Do with no write: it raises the highest epoch to ep if ep is
 	// newer, and refuses it if it is older.

@@ -324,3 +324,73 @@ func TestGuardRefusesTermAboveMaxTerm(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardHMACKeyRotation rotates a shared secret end to end through
+// Guards over one fence, as the leaders and the fence would: fences first
+// accept the old and the new key, then leaders sign with the new one, then
+// fences retire the old one. No leader's token is refused at any step,
+// and after retirement a token signed with the old key is refused before
+// it reaches the fence, even with a newer term.
+func TestGuardHMACKeyRotation(t *testing.T) {
+	ctx := context.Background()
+	spy := gtSpy()
+	oldKey := epoch.HMACKey{ID: "2026-01", Secret: []byte("the old shared secret, 32 bytes long")}
+	newKey := epoch.HMACKey{ID: "2026-02", Secret: []byte("the new shared secret, 32 bytes long")}
+	mustCodec := func(sign epoch.HMACKey, verify ...epoch.HMACKey) epoch.Codec {
+		c, err := epoch.NewHMACKeys(sign, verify...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	mustVerifier := func(keys ...epoch.HMACKey) epoch.Verifier {
+		v, err := epoch.NewHMACVerifier(keys...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	guard := func(v epoch.Verifier) *storageguard.Guard {
+		return storageguard.NewGuard(spy, storageguard.GuardConfig{Cluster: "payments", Verifier: v})
+	}
+	write := func(g *storageguard.Guard, tok string) error {
+		return g.Do(ctx, "ledger", tok, func(context.Context, epoch.Epoch) error { return nil })
+	}
+	oldSigner, newSigner := mustCodec(oldKey), mustCodec(newKey)
+
+	// Before: everyone on the old key.
+	g0 := guard(mustVerifier(oldKey))
+	if err := write(g0, gtSign(t, oldSigner, gtEp(33, "node-a"))); err != nil {
+		t.Fatal(err)
+	}
+	// Step 1: fences accept both. Tokens in flight (old key) still pass.
+	g1 := guard(mustVerifier(oldKey, newKey))
+	if err := write(g1, gtSign(t, oldSigner, gtEp(33, "node-a"))); err != nil {
+		t.Fatalf("step 1, old key: %v", err)
+	}
+	// Step 2: leaders sign with the new key; a slow leader's old-key token
+	// for the same term still passes.
+	if err := write(g1, gtSign(t, newSigner, gtEp(34, "node-b"))); err != nil {
+		t.Fatalf("step 2, new key: %v", err)
+	}
+	if err := write(g1, gtSign(t, oldSigner, gtEp(34, "node-b"))); err != nil {
+		t.Fatalf("step 2, old key still accepted: %v", err)
+	}
+	// Step 3: fences retire the old key.
+	g2 := guard(mustVerifier(newKey))
+	if err := write(g2, gtSign(t, newSigner, gtEp(34, "node-b"))); err != nil {
+		t.Fatalf("step 3, new key: %v", err)
+	}
+	calls := spy.Calls.Load()
+	for _, tok := range []string{gtSign(t, oldSigner, gtEp(35, "node-c")), gtSign(t, oldSigner, gtEp(1<<50, "mallory"))} {
+		if err := write(g2, tok); !errors.Is(err, storageguard.ErrUnauthenticated) || !errors.Is(err, epoch.ErrBadSignature) {
+			t.Fatalf("step 3, retired key: %v, want ErrUnauthenticated (bad signature)", err)
+		}
+	}
+	if n := spy.Calls.Load() - calls; n != 0 {
+		t.Fatalf("tokens of the retired key reached the fence %d times", n)
+	}
+	if h, _ := spy.Highest(ctx, "ledger"); h != gtEp(34, "node-b") {
+		t.Fatalf("Highest = %v after the rotation, want %v", h, gtEp(34, "node-b"))
+	}
+}

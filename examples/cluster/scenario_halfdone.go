@@ -41,7 +41,7 @@ func runHalfDone(ctx context.Context, e *env) (*summary, error) {
 	step := func(ctx context.Context, a *actor, steps ...string) error {
 		err := sb.sf.Tx(ctx, account, a.ep, func(tx *sql.Tx) error {
 			for _, s := range steps {
-				if err := upsert(ctx, tx, record{Resource: a.n.id + "-" + s, Value: s + " by " + a.n.id, Epoch: a.ep}); err != nil {
+				if err := sb.upsert(ctx, tx, record{Resource: a.n.id + "-" + s, Value: s + " by " + a.n.id, Epoch: a.ep}); err != nil {
 					return err
 				}
 			}

@@ -65,12 +65,22 @@ type backend interface {
 // storeConfig configures openStore. Codec verifies tokens (epoch.Plain()
 // accepts any well-formed token).
 type storeConfig struct {
-	Backend  string // "sqlite" (default) or "bolt"
-	Data     string // the SQLite file, or the boltfence file (records go next to it)
+	Backend  string // "sqlite" (default), "bolt", or one of storeBackends (store_fences.go)
+	Data     string // the SQLite file, or the boltfence file (records go next to it); postgres: the DSN
 	Cluster  string
 	Unfenced bool
 	Verifier epoch.Verifier
 	Log      *slog.Logger
+	// WriteDelay, for fault injection: each fenced write waits a random
+	// time below it while it holds the fence, so that faults land inside
+	// writes. Zero: none.
+	WriteDelay time.Duration
+	// ReleaseEarly, the fault suite's control experiment: the fence admits
+	// an epoch but lets go before the write runs (Middleware backends).
+	ReleaseEarly bool
+	// ProxyTimeout is httpfence's ProxyConfig.Timeout for the proxy
+	// backends. Zero: httpfence's default.
+	ProxyTimeout time.Duration
 	// OnWrite, if set, is called after every counted write (accepted or
 	// refused), outside the store's locks: the demo's timeline uses it.
 	OnWrite func(writeEvent)
@@ -113,23 +123,17 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	// Like a node's -data, a missing directory is created.
-	if err := os.MkdirAll(filepath.Dir(cfg.Data), 0o755); err != nil {
-		return nil, fmt.Errorf("store: -data %s: %w", cfg.Data, err)
+	// Like a node's -data, a missing directory is created (postgres: the
+	// DSN names no directory).
+	if cfg.Backend != "postgres" {
+		if err := os.MkdirAll(filepath.Dir(cfg.Data), 0o755); err != nil {
+			return nil, fmt.Errorf("store: -data %s: %w", cfg.Data, err)
+		}
 	}
-	var (
-		b   backend
-		err error
-	)
-	switch cfg.Backend {
-	case "", "sqlite":
+	if cfg.Backend == "" {
 		cfg.Backend = "sqlite"
-		b, err = openSQLite(ctx, cfg.Data)
-	case "bolt":
-		b, err = openBolt(cfg.Data)
-	default:
-		return nil, fmt.Errorf("store: unknown -backend %q (want sqlite or bolt)", cfg.Backend)
 	}
+	b, err := openBackend(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +188,10 @@ func (s *recordStore) handleWrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req writeRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if rb, ok := s.b.(rawBackend); ok && rb.raw() && !s.cfg.Unfenced {
+		// A proxy: it reads the body itself, after admission.
+		req.Resource = resourceParam(r)
+	} else if err := decodeJSON(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "store: "+err.Error())
 		return
 	}

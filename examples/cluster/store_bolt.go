@@ -24,8 +24,11 @@ import (
 // under an epoch older than the fence's, and an acknowledged record write is
 // fsynced.
 type boltBackend struct {
-	f  *boltfence.Fence
+	f  storageguard.Fence // boltfence, or (store_fences.go) another fence
 	db *bolt.DB
+	// delay, if set, is how long a fenced write waits before it writes
+	// the record (storeConfig.WriteDelay).
+	delay func()
 }
 
 var _ backend = (*boltBackend)(nil)
@@ -38,12 +41,18 @@ type boltRecord struct {
 	Epoch string `json:"epoch"`
 }
 
-// openBolt opens the fence at path and the records at path + "-records".
-func openBolt(path string) (*boltBackend, error) {
+// openBoltFence opens the boltfence file at path.
+func openBoltFence(path string) (storageguard.Fence, error) {
 	f, err := boltfence.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	return f, nil
+}
+
+// openRecords opens the records at path + "-records" beside fence f, which
+// the backend closes.
+func openRecords(f storageguard.Fence, path string) (*boltBackend, error) {
 	rpath := path + "-records"
 	db, err := bolt.Open(rpath, 0o600, &bolt.Options{Timeout: time.Second})
 	if err == nil {
@@ -126,6 +135,9 @@ func (b *boltBackend) fencedWriter(g *storageguard.Guard) http.Handler {
 			// Unreachable behind Middleware; refuse rather than write unfenced.
 			writeError(w, http.StatusInternalServerError, "store: write reached the handler without an admitted epoch")
 			return
+		}
+		if b.delay != nil {
+			b.delay()
 		}
 		if err := b.put(r.Context(), record{Resource: req.Resource, Value: req.Value, Epoch: ep}); err != nil {
 			writeError(w, http.StatusInternalServerError, err.Error())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
@@ -22,6 +23,10 @@ import (
 type sqliteBackend struct {
 	db *sql.DB
 	sf *sqlfence.Fence
+	d  sqlfence.Dialect
+	// delay, if set, runs inside each write's transaction after the
+	// upsert (storeConfig.WriteDelay).
+	delay func()
 }
 
 var _ backend = (*sqliteBackend)(nil)
@@ -57,7 +62,26 @@ func openSQLite(ctx context.Context, path string) (*sqliteBackend, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: sqlite %s: %w", path, err)
 	}
-	return &sqliteBackend{db: db, sf: f}, nil
+	return &sqliteBackend{db: db, sf: f, d: sqlfence.SQLite}, nil
+}
+
+// rebind turns the ? placeholders of q into PostgreSQL's $1, $2, … for
+// the Postgres dialect.
+func (b *sqliteBackend) rebind(q string) string {
+	if b.d != sqlfence.Postgres {
+		return q
+	}
+	var sb strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			fmt.Fprintf(&sb, "$%d", n)
+			continue
+		}
+		sb.WriteRune(c)
+	}
+	return sb.String()
 }
 
 const sqliteUpsert = `INSERT INTO cluster_records (resource, value, cluster, term, leader) VALUES (?, ?, ?, ?, ?)
@@ -68,22 +92,22 @@ type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-func upsert(ctx context.Context, db execer, rec record) error {
-	_, err := db.ExecContext(ctx, sqliteUpsert, rec.Resource, rec.Value, rec.Epoch.Cluster, int64(rec.Epoch.Term), rec.Epoch.Leader)
+func (b *sqliteBackend) upsert(ctx context.Context, db execer, rec record) error {
+	_, err := db.ExecContext(ctx, b.rebind(sqliteUpsert), rec.Resource, rec.Value, rec.Epoch.Cluster, int64(rec.Epoch.Term), rec.Epoch.Leader)
 	if err != nil {
 		return fmt.Errorf("store: write %q: %w", rec.Resource, err)
 	}
 	return nil
 }
 
-func (b *sqliteBackend) put(ctx context.Context, rec record) error { return upsert(ctx, b.db, rec) }
+func (b *sqliteBackend) put(ctx context.Context, rec record) error { return b.upsert(ctx, b.db, rec) }
 
 func (b *sqliteBackend) get(ctx context.Context, resource string) (record, bool, error) {
 	var (
 		rec  record
 		term int64
 	)
-	err := b.db.QueryRowContext(ctx, `SELECT resource, value, cluster, term, leader FROM cluster_records WHERE resource = ?`, resource).
+	err := b.db.QueryRowContext(ctx, b.rebind(`SELECT resource, value, cluster, term, leader FROM cluster_records WHERE resource = ?`), resource).
 		Scan(&rec.Resource, &rec.Value, &rec.Epoch.Cluster, &term, &rec.Epoch.Leader)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record{}, false, nil
@@ -128,7 +152,13 @@ func (b *sqliteBackend) fencedWriter(g *storageguard.Guard) http.Handler {
 		}
 		if err == nil {
 			err = b.sf.Tx(r.Context(), req.Resource, ep, func(tx *sql.Tx) error {
-				return upsert(r.Context(), tx, record{Resource: req.Resource, Value: req.Value, Epoch: ep})
+				if err := b.upsert(r.Context(), tx, record{Resource: req.Resource, Value: req.Value, Epoch: ep}); err != nil {
+					return err
+				}
+				if b.delay != nil {
+					b.delay()
+				}
+				return nil
 			})
 		}
 		if err != nil {

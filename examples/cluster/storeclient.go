@@ -19,11 +19,18 @@ type storeClient struct {
 	hc   *http.Client
 }
 
+// newStoreClient returns a client of the store at base over hc's transport.
+// Its writes carry the token in a header that http.Client would copy to
+// every redirect, whatever the host: the client refuses to follow a
+// redirect to another origin (epoch.CheckRedirect), so the token never
+// leaves for a host it was not meant for.
 func newStoreClient(base string, hc *http.Client) *storeClient {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	return &storeClient{base: strings.TrimRight(base, "/"), hc: hc}
+	c := *hc
+	c.CheckRedirect = epoch.CheckRedirect
+	return &storeClient{base: strings.TrimRight(base, "/"), hc: &c}
 }
 
 // storeAnswer is the store's reply to a write: its status and body.
@@ -55,7 +62,9 @@ func (a storeAnswer) Reason() string {
 // write sends one write stamped with token. An error means no answer.
 func (c *storeClient) write(ctx context.Context, token string, req writeRequest) (storeAnswer, error) {
 	body, _ := json.Marshal(req) // two strings: cannot fail
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/write", bytes.NewReader(body))
+	// The resource also travels in the query: a proxy in front of the store
+	// maps a request to its resource before it reads the body.
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/write?resource="+url.QueryEscape(req.Resource), bytes.NewReader(body))
 	if err != nil {
 		return storeAnswer{}, fmt.Errorf("store write: %w", err)
 	}

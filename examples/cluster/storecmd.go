@@ -16,11 +16,14 @@ func storeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlagSet("store", stderr)
 	httpAddr := fs.String("http", "127.0.0.1:7000", "HTTP listen address (port 0: any free port; see -addr-file)")
 	data := fs.String("data", "", "the store's file: SQLite database, or Bolt fence file (required)")
-	backendName := fs.String("backend", "sqlite", "storage: sqlite or bolt")
+	backendName := fs.String("backend", "sqlite", "storage: sqlite or bolt (the fault suite also uses memory, dir, sqlite-do, postgres, proxy-sqlite, proxy-dir)")
 	cluster := fs.String("cluster", "demo", "the election group whose epochs this store admits")
 	keyFile := fs.String("token-key", "", "HMAC key file shared with the nodes (without it tokens are unsigned: a warning is logged)")
 	unfenced := fs.Bool("unfenced", false, "skip the epoch check (control experiment only: shows the lost update)")
 	addrFile := fs.String("addr-file", "", "write the actual listen address to this file once listening")
+	writeDelay := fs.Duration("write-delay", 0, "fault injection: each fenced write waits a random time below this while it holds the fence")
+	releaseEarly := fs.Bool("release-early", false, "fault suite control: the fence lets go before the write runs (shows what the suite catches)")
+	proxyTimeout := fs.Duration("proxy-timeout", 0, "the proxy backends' httpfence timeout (0: its default)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: cluster store -data FILE [flags]\n\nThe fenced store outside the consensus group.\n\n")
@@ -44,7 +47,7 @@ func storeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	st, err := openStore(ctx, storeConfig{
 		Backend: *backendName, Data: *data, Cluster: *cluster, Unfenced: *unfenced,
-		Verifier: codec, Log: log,
+		Verifier: codec, Log: log, WriteDelay: *writeDelay, ReleaseEarly: *releaseEarly, ProxyTimeout: *proxyTimeout,
 	})
 	if err != nil {
 		return err

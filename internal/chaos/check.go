@@ -127,7 +127,12 @@ func Check(h History, timeout time.Duration) Report {
 		}
 		leadersOfTerm[term][leader] = true
 	}
+	// ev: when the store's fence provably held a term (accepted writes,
+	// refusals naming the highest, reads); recEv: when its record did
+	// (accepted writes, reads). A fence can be raised by a write whose
+	// record never lands (a proxy cut it off), so only recEv judges reads.
 	ev := map[string][]evidence{}
+	recEv := map[string][]evidence{}
 	readTerm := map[string]candidate{} // write value -> epoch a read saw it with
 
 	for i, op := range h.Ops {
@@ -140,6 +145,7 @@ func Check(h History, timeout time.Duration) Report {
 			r.Acked++
 			noteLeader(op.Term, op.Leader, op.Call, op.Return, false)
 			ev[op.Resource] = append(ev[op.Resource], evidence{op.Return, op.Term})
+			recEv[op.Resource] = append(recEv[op.Resource], evidence{op.Return, op.Term})
 		case Refused:
 			writers[op.Value] = i
 			r.RefusedStale++
@@ -155,6 +161,7 @@ func Check(h History, timeout time.Duration) Report {
 			noteLeader(op.Term, op.Leader, 0, 0, true)
 			readTerm[op.Value] = candidate{op.Term, op.Leader}
 			ev[op.Resource] = append(ev[op.Resource], evidence{op.Return, op.Term})
+			recEv[op.Resource] = append(recEv[op.Resource], evidence{op.Return, op.Term})
 		}
 	}
 	for _, c := range h.Claims {
@@ -174,16 +181,19 @@ func Check(h History, timeout time.Duration) Report {
 		r.LeaderConflicts = append(r.LeaderConflicts, fmt.Sprintf("term %d claimed by %s", t, strings.Join(sortedKeys(leadersOfTerm[t]), ", ")))
 	}
 
-	for res := range ev {
-		e := ev[res]
-		sort.Slice(e, func(i, j int) bool { return e[i].at < e[j].at })
+	for _, m := range []map[string][]evidence{ev, recEv} {
+		for res := range m {
+			e := m[res]
+			sort.Slice(e, func(i, j int) bool { return e[i].at < e[j].at })
+		}
 	}
-	// highestBefore returns the highest term the store provably held for
-	// res before t, and the earliest moment it was known to hold it.
-	highestBefore := func(res string, t time.Duration) (uint64, time.Duration) {
+	// highestIn returns the highest term the evidence m shows the store
+	// held for res before t, and the earliest moment it was known to hold
+	// it.
+	highestIn := func(m map[string][]evidence, res string, t time.Duration) (uint64, time.Duration) {
 		var best uint64
 		var at time.Duration
-		for _, e := range ev[res] {
+		for _, e := range m[res] {
 			if e.at >= t {
 				break
 			}
@@ -199,12 +209,12 @@ func Check(h History, timeout time.Duration) Report {
 	for _, op := range h.Ops {
 		switch op.Outcome {
 		case Acked:
-			if hb, at := highestBefore(op.Resource, op.Call); hb > op.Term && !stale[op.Value] {
+			if hb, at := highestIn(ev, op.Resource, op.Call); hb > op.Term && !stale[op.Value] {
 				stale[op.Value] = true
 				r.Details = append(r.Details, fmt.Sprintf("stale accepted: write %s term %d via %s called at %v, after the store held term %d at %v", op.Value, op.Term, op.Node, op.Call, hb, at))
 			}
 		case ReadValue:
-			hb, at := highestBefore(op.Resource, op.Call)
+			hb, at := highestIn(recEv, op.Resource, op.Call)
 			if hb <= op.Term {
 				continue
 			}
@@ -277,9 +287,14 @@ func Check(h History, timeout time.Duration) Report {
 		default:
 			continue
 		}
+		if op.Outcome == Acked {
+			adm := in
+			adm.Phase, in.Phase = admit, record
+			ops = append(ops, porcupine.Operation{ClientId: op.Client, Input: adm, Call: int64(op.Call), Output: op.Outcome, Return: ret})
+		}
 		ops = append(ops, porcupine.Operation{ClientId: op.Client, Input: in, Call: int64(op.Call), Output: op.Outcome, Return: ret})
+		r.Ops++
 	}
-	r.Ops = len(ops)
 	r.model = fencedRegister()
 	r.Linearizable, r.info = porcupine.CheckOperationsVerbose(r.model, ops, timeout)
 	return r

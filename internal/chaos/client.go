@@ -68,6 +68,14 @@ func classify(op *Op, status int, body []byte, err error) (hint string) {
 		}
 		op.Outcome, op.Term, op.Leader = Refused, pres.Term, pres.Leader
 		op.HighestTerm, op.HighestLeader = high.Term, high.Leader
+		switch r.Code {
+		case "stale_epoch":
+			op.Reason = "stale"
+		case "conflicting_epoch":
+			op.Reason = "conflict"
+		default:
+			op.Contract = fmt.Sprintf("409 with code %q, want stale_epoch or conflicting_epoch: %s", r.Code, op.Detail)
+		}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		op.Outcome = RefusedAuth
 		if jsonErr != nil || r.Error == "" {

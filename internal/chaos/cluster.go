@@ -43,6 +43,8 @@ type cluster struct {
 	// one for the harness's clients (labClient).
 	lab *netlab.Lab
 
+	key []byte // the HMAC key the nodes and the store share
+
 	mu        sync.Mutex
 	storeDown []window // when the store was killed, until it served again
 	storeDead []window // when no store process existed at all
@@ -105,11 +107,20 @@ func newCluster(ctx context.Context, cfg Config) (*cluster, error) {
 	}
 	c.storeURL = "http://" + storeAddr
 	c.storeAF = filepath.Join(cfg.Dir, "store.addr")
-	storeArgs := []string{"store", "-http", storeAddr, "-data", filepath.Join(cfg.Dir, "store."+cfg.Backend),
-		"-backend", cfg.Backend, "-cluster", clusterName, "-token-key", key, "-addr-file", c.storeAF}
+	data := filepath.Join(cfg.Dir, "store."+cfg.Backend)
+	if cfg.Backend == "postgres" {
+		data = cfg.PostgresDSN
+	}
+	storeArgs := []string{"store", "-http", storeAddr, "-data", data,
+		"-backend", cfg.Backend, "-cluster", clusterName, "-token-key", key, "-addr-file", c.storeAF,
+		"-write-delay", cfg.WriteDelay.String(), "-proxy-timeout", cfg.ProxyTimeout.String()}
 	if cfg.Unfenced {
 		storeArgs = append(storeArgs, "-unfenced")
 	}
+	if cfg.ReleaseEarly {
+		storeArgs = append(storeArgs, "-release-early")
+	}
+	c.key = []byte(strings.Repeat("5ec7e7", 11))
 	c.store = &proc{name: "store", bin: cfg.Binary, args: storeArgs, logPath: filepath.Join(cfg.Dir, "store.log"), addr: storeAddr, host: host(cfg.Nodes)}
 
 	var boot []string

@@ -97,6 +97,14 @@ type Op struct {
 	// 409 body (Refused).
 	HighestTerm   uint64
 	HighestLeader string
+	// Reason is why a Refused write was refused, from the 409 body's code:
+	// "stale" (an older term than the highest) or "conflict" (the highest
+	// term, another leader). The model checks it.
+	Reason string
+	// Cut marks a write the store's proxy cut off at its timeout (504
+	// backend_timeout) because the client was too slow: expected of a
+	// trickling client, not a failure of the store.
+	Cut bool
 	// Pending marks an Indeterminate write that may still take effect
 	// after Return: no answer came back (the node may still hold it). A
 	// node's 5xx after its store request failed ends the write at Return.

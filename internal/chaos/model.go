@@ -50,7 +50,25 @@ type input struct {
 	Op
 	Index      int // in History.Ops
 	Candidates []candidate
+	// Phase splits an acknowledged write in two operations over the same
+	// interval: its admission (the fence raised to its epoch, or already
+	// there) and, later or at once, its record written while the fence is
+	// still at exactly that epoch. A fence may raise before the write runs
+	// (Do commits a raise before the write; a proxy admits before it
+	// forwards) but admits no newer epoch until the write returned, so the
+	// record lands under its own epoch; a Tx backend does both at one
+	// point, which the split allows too.
+	Phase phase
 }
+
+// phase is the part of an acknowledged write an operation stands for.
+type phase uint8
+
+const (
+	whole  phase = iota // the write as one step (refused, indeterminate)
+	admit               // an acknowledged write's admission
+	record              // an acknowledged write's record
+)
 
 // admits is the fence rule: a term above the highest, or the highest term
 // from the same leader.
@@ -63,9 +81,14 @@ func (s register) apply(term uint64, leader, value string) register {
 }
 
 // step is the fenced register's sequential specification. A write is applied
-// iff its epoch is admitted; a refused write leaves the state alone; an
-// indeterminate write either never took effect or was applied with one of
-// its candidate epochs (if admitted); a read returns the current record.
+// iff its epoch is admitted; a refused write leaves the state alone and
+// names the reason the rule gives (stale: an older term; conflict: the
+// highest term under another leader); an
+// indeterminate write either never took effect, or was applied with one of
+// its candidate epochs (if admitted), or only raised the fence to one of
+// them without its record (a fence admits before the record is written; a
+// proxy or a handler can fail in between); a read returns the current
+// record.
 func step(state interface{}, in interface{}, _ interface{}) []interface{} {
 	s := state.(register)
 	op := in.(input)
@@ -73,6 +96,20 @@ func step(state interface{}, in interface{}, _ interface{}) []interface{} {
 	case Write:
 		switch op.Outcome {
 		case Acked:
+			switch op.Phase {
+			case admit:
+				if !s.admits(op.Term, op.Leader) {
+					return nil
+				}
+				r := s
+				r.HighTerm, r.HighLeader = op.Term, op.Leader
+				return []interface{}{r}
+			case record:
+				if s.HighTerm != op.Term || s.HighLeader != op.Leader {
+					return nil // not under its own epoch: a newer one was admitted first
+				}
+				return []interface{}{s.apply(op.Term, op.Leader, op.Value)}
+			}
 			if s.admits(op.Term, op.Leader) {
 				return []interface{}{s.apply(op.Term, op.Leader, op.Value)}
 			}
@@ -81,12 +118,32 @@ func step(state interface{}, in interface{}, _ interface{}) []interface{} {
 			if s.admits(op.Term, op.Leader) {
 				return nil
 			}
+			// The refusal must give the reason the rule gives: an off-by-one
+			// in the stale rule would refuse the highest term as stale.
+			switch op.Reason {
+			case "stale":
+				if op.Term >= s.HighTerm {
+					return nil
+				}
+			case "conflict":
+				if op.Term != s.HighTerm || op.Leader == s.HighLeader {
+					return nil
+				}
+			}
 			return []interface{}{s}
 		case Indeterminate:
 			next := []interface{}{s}
 			for _, c := range op.Candidates {
 				if s.admits(c.Term, c.Leader) {
 					next = append(next, s.apply(c.Term, c.Leader, op.Value))
+					if c.Term > s.HighTerm {
+						// Admitted and raised, but the record never
+						// written: a write the proxy cut off, a record
+						// handler that failed after admission.
+						r := s
+						r.HighTerm, r.HighLeader = c.Term, c.Leader
+						next = append(next, r)
+					}
 				}
 			}
 			return next
@@ -139,6 +196,8 @@ func fencedRegister() porcupine.Model {
 				return fmt.Sprintf("read(%s) -> %s @%d/%s", op.Resource, op.Value, op.Term, op.Leader)
 			case op.Outcome == Indeterminate:
 				return fmt.Sprintf("write(%s, %s) via %s -> ? (terms %v)", op.Resource, op.Value, op.Node, op.Candidates)
+			case op.Phase == admit:
+				return fmt.Sprintf("admit(%s) @%d/%s for %s via %s", op.Resource, op.Term, op.Leader, op.Value, op.Node)
 			default:
 				return fmt.Sprintf("write(%s, %s) @%d/%s via %s -> %s", op.Resource, op.Value, op.Term, op.Leader, op.Node, op.Outcome)
 			}

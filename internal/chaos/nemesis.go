@@ -23,15 +23,56 @@ const (
 	killStore
 	hostilePeer
 	refusedLink
+	// disconnect: writes through the leader whose clients give up within
+	// milliseconds, mid-write: the node's store request is cancelled while
+	// the store holds the fence for it.
+	disconnect
+	// trickle: a write straight to the store under the leader's epoch whose
+	// body trickles in, past the proxy's timeout, while the leader resigns
+	// (proxy backends only).
+	trickle
+	// killSession: pg_terminate_backend of the store's PostgreSQL sessions,
+	// mid-write (postgres backend only).
+	killSession
 	numFaultKinds
 )
 
-var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store", "hostile-peer", "refused-link"}
+var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store", "hostile-peer", "refused-link", "disconnect", "trickle", "kill-session"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
 // faultWeights: pauses are the fault fencing exists for, so they come most.
-var faultWeights = [numFaultKinds]int{pauseLeader: 35, killNode: 20, partition: 20, resign: 10, killStore: 15, hostilePeer: 10, refusedLink: 10}
+var faultWeights = [numFaultKinds]int{pauseLeader: 35, killNode: 20, partition: 20, resign: 10, killStore: 15,
+	hostilePeer: 10, refusedLink: 10, disconnect: 15, trickle: 20, killSession: 20}
+
+// allowed reports whether the run's backend and mode take fault kind k.
+func (n *nemesis) allowed(k faultKind) bool {
+	switch k {
+	case killStore:
+		return n.cfg.durable() // the memory fence forgets everything on restart
+	case trickle:
+		return n.cfg.proxied()
+	case killSession:
+		return n.cfg.Backend == "postgres"
+	case hostilePeer:
+		return n.cfg.Forge != ""
+	}
+	return true
+}
+
+// first returns the faults every run injects first, once each: clients
+// that disconnect mid-write, and by backend trickled bodies (proxies) and
+// killed sessions (postgres).
+func (n *nemesis) first() []faultKind {
+	var kinds []faultKind
+	w := n.weights()
+	for _, k := range []faultKind{disconnect, trickle, killSession} {
+		if w[k] > 0 {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
+}
 
 // nemesis injects faults drawn from a seeded generator, one at a time.
 type nemesis struct {
@@ -62,8 +103,10 @@ func (n *nemesis) weights() [numFaultKinds]int {
 		// transport-level refused link are the in-process mode's.
 		weights = labFaultWeights
 	}
-	if n.cfg.Forge == "" {
-		weights[hostilePeer] = 0
+	for k := range weights {
+		if !n.allowed(faultKind(k)) {
+			weights[k] = 0
+		}
 	}
 	return weights
 }
@@ -94,8 +137,19 @@ func (n *nemesis) leases(lo, hi float64) time.Duration {
 // cfg.Duration has passed, or ctx ends.
 func (n *nemesis) run(ctx context.Context) error {
 	start := time.Now()
+	first := n.first()
+	// Draw everything from the seed before acting on it. The faults this
+	// backend is run for come first: drawn at random among all kinds, a
+	// run would often have none of them.
+	pick := func() faultKind {
+		k := n.pick()
+		if n.faults < len(first) {
+			k = first[n.faults]
+		}
+		return k
+	}
 	for ctx.Err() == nil && (n.faults < n.cfg.Faults || time.Since(start) < n.cfg.Duration) {
-		if err := n.one(ctx, n.pick); err != nil {
+		if err := n.one(ctx, pick); err != nil {
 			return err
 		}
 	}
@@ -140,6 +194,12 @@ func (n *nemesis) one(ctx context.Context, pick func() faultKind) error {
 		err = n.hostile(ctx)
 	case refusedLink:
 		err = n.refuseLink(ctx, n.rng.Intn(len(n.c.nodes)), n.leases(4, 12))
+	case disconnect:
+		err = n.disconnect(ctx)
+	case trickle:
+		err = n.trickle(ctx)
+	case killSession:
+		err = n.killSession(ctx)
 	}
 	if err != nil {
 		return fmt.Errorf("chaos: fault %d (%v): %w", n.faults+1, kind, err)

@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,10 +31,26 @@ type Config struct {
 	Faults     int           // inject at least this many faults (required, > 0)
 	Duration   time.Duration // and keep injecting for at least this long
 	Seed       int64
-	Unfenced   bool   // run the store with -unfenced (the control experiment)
-	Backend    string // store backend: "sqlite" (default) or "bolt"
-	Writers    int    // concurrent writing clients; 0: 6
-	Resources  int    // fenced resources written; 0: 4
+	Unfenced   bool // run the store with -unfenced (the control experiment)
+	// ReleaseEarly runs the store with -release-early: a fence that admits
+	// an epoch and lets go before the write runs (the second control
+	// experiment; needs a Middleware backend: bolt, memory, dir, sqlite-do).
+	ReleaseEarly bool
+	// Backend is the store's -backend (see Backends); "" is "sqlite".
+	// "memory" is not durable: the run never restarts the store then.
+	// "postgres" needs PostgresDSN.
+	Backend string
+	// PostgresDSN is the server the postgres backend uses; the run makes
+	// a schema of its own there and drops it at the end.
+	PostgresDSN string
+	// WriteDelay is the store's -write-delay: each fenced write holds the
+	// fence a random time below it, so that faults land inside writes.
+	// 0: none.
+	WriteDelay time.Duration
+	// ProxyTimeout is the proxy backends' -proxy-timeout; 0: 1s.
+	ProxyTimeout time.Duration
+	Writers      int // concurrent writing clients; 0: 6
+	Resources    int // fenced resources written; 0: 4
 	// Think is the upper bound of a writer's random pause between writes;
 	// 0: 4ms.
 	Think     time.Duration
@@ -71,16 +88,36 @@ func (c Config) Validate() error {
 	case c.Duration < 0, c.Writers < 0, c.Resources < 0, c.Think < 0, c.ReadEvery < 0,
 		c.PollEvery < 0, c.WriteTimeout < 0, c.CheckTimeout < 0:
 		return errors.New("chaos: negative Config field")
-	case c.Backend != "" && c.Backend != "sqlite" && c.Backend != "bolt":
-		return fmt.Errorf("chaos: Config.Backend %q, want sqlite or bolt", c.Backend)
+	case c.Backend != "" && !slices.Contains(Backends, c.Backend):
+		return fmt.Errorf("chaos: Config.Backend %q, want one of %v", c.Backend, Backends)
+	case c.Backend == "postgres" && c.PostgresDSN == "":
+		return errors.New("chaos: the postgres backend needs Config.PostgresDSN")
+	case c.WriteDelay < 0 || c.ProxyTimeout < 0:
+		return errors.New("chaos: negative Config field")
 	}
 	return nil
 }
+
+// Backends are the store backends a run can use (examples/cluster store
+// -backend): the SQLite and PostgreSQL transaction paths, Middleware over
+// each in-process fence and over sqlfence's Do, and the proxy over sqlfence
+// and dirfence.
+var Backends = []string{"sqlite", "bolt", "memory", "dir", "sqlite-do", "postgres", "proxy-sqlite", "proxy-dir"}
+
+// durable reports whether the backend keeps its fence across a store
+// restart.
+func (c Config) durable() bool { return c.Backend != "memory" }
+
+// proxied reports whether the store's writes go through httpfence's proxy.
+func (c Config) proxied() bool { return strings.HasPrefix(c.Backend, "proxy-") }
 
 // withDefaults returns a copy of c with defaults filled in.
 func (c Config) withDefaults() Config {
 	if c.Backend == "" {
 		c.Backend = "sqlite"
+	}
+	if c.ProxyTimeout == 0 {
+		c.ProxyTimeout = time.Second
 	}
 	if c.Writers == 0 {
 		c.Writers = 6
@@ -142,6 +179,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return res, fmt.Errorf("chaos: %w", err)
 	}
+	if cfg.Backend == "postgres" {
+		dsn, drop, err := postgresSchema(ctx, cfg.PostgresDSN, cfg.Seed)
+		if err != nil {
+			return res, err
+		}
+		defer drop()
+		cfg.PostgresDSN = dsn
+	}
 	c, err := newCluster(ctx, cfg)
 	if err != nil {
 		return res, err
@@ -153,7 +198,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	nem := &nemesis{c: c, w: w, cfg: cfg, rng: rand.New(rand.NewSource(rng.Int63())), logf: logf, labCounts: map[string]int{}}
 
-	logf("chaos: seed=%d nodes=%d heartbeat=%v unfenced=%t backend=%s netlab=%t dir=%s", cfg.Seed, cfg.Nodes, cfg.Heartbeat, cfg.Unfenced, cfg.Backend, cfg.Netlab, cfg.Dir)
+	logf("chaos: seed=%d nodes=%d heartbeat=%v unfenced=%t release_early=%t backend=%s write_delay=%v netlab=%t dir=%s", cfg.Seed, cfg.Nodes, cfg.Heartbeat, cfg.Unfenced, cfg.ReleaseEarly, cfg.Backend, cfg.WriteDelay, cfg.Netlab, cfg.Dir)
 	if c.lab != nil {
 		for _, h := range c.lab.Hosts() {
 			logf("chaos: netlab %s: %s", c.lab.Name(), h)
@@ -235,14 +280,19 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	sleepCtx(ctx, 10*cfg.Heartbeat)
 	stop()
 
-	// Durability of acknowledged writes across one more store crash.
-	from := rec.Now()
-	c.store.kill()
-	c.noteStoreDead(rec.Now(), rec.Now())
-	if err := c.startStore(ctx); err != nil {
-		return res, err
+	// Durability of acknowledged writes across one more store crash (not
+	// for the memory fence, which forgets everything by design).
+	if cfg.durable() {
+		from := rec.Now()
+		c.store.kill()
+		c.noteStoreDead(rec.Now(), rec.Now())
+		if err := c.startStore(ctx); err != nil {
+			return res, err
+		}
+		c.noteStoreDown(from, rec.Now())
+	} else {
+		logf("backend %s is not durable: the store is never restarted in this run", cfg.Backend)
 	}
-	c.noteStoreDown(from, rec.Now())
 	final := map[string]FinalState{}
 	highest, err := c.storeHighest(ctx)
 	if err != nil {
@@ -274,7 +324,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		// write it should have answered.
 		// In netlab mode a 5xx from a node cut off from the store is
 		// the cut.
-		if op.Kind == Write && op.Status >= 500 && op.Outcome == Indeterminate && op.Contract == "" &&
+		if op.Kind == Write && op.Status >= 500 && op.Outcome == Indeterminate && op.Contract == "" && !op.Cut &&
 			!c.storeDownDuring(op.Call, op.Return, 5*cfg.Heartbeat) &&
 			!c.storeCutDuring(c.indexOf(op.Node), op.Call, op.Return, 5*cfg.Heartbeat) {
 			op.Contract = fmt.Sprintf("%d while the store was up: %s", op.Status, op.Detail)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -34,7 +37,9 @@ var bucket = []byte("termfence_fence")
 // The file is the durable record; each resource's highest epoch is also
 // cached in memory (a storageguard.Cached fence over the file). A write
 // under the current epoch therefore touches no disk. A raise is one bbolt
-// transaction, fsynced before Do runs the write or Admit returns.
+// transaction, fsynced before Do runs the write or Admit returns; Open
+// fsyncs the file's directory, so that a file it created survives a power
+// cut too.
 type Fence struct {
 	cache *storageguard.Cached
 	db    *bolt.DB
@@ -63,7 +68,28 @@ func Open(path string) (*Fence, error) {
 		db.Close()
 		return nil, fmt.Errorf("boltfence: init %s: %w", path, err)
 	}
+	// bbolt fsyncs the file, never its directory: a file it just created
+	// could vanish in a power cut, and every raise with it (I5). Sync the
+	// directory entry once, before any raise is acknowledged.
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("boltfence: sync the directory of %s: %w", path, err)
+	}
 	return &Fence{cache: storageguard.NewCached(store{db}), db: db}, nil
+}
+
+// syncDir fsyncs a directory, so that the names in it are durable. Windows
+// cannot open a directory for fsync and needs none.
+func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // store is the storageguard.Store of a Fence: the bbolt file.

@@ -128,3 +128,10 @@ func BenchmarkBolt(b *testing.B) {
 		}
 	})
 }
+
+// TestStableBeforeUse: every raise is on stable storage (written and
+// fdatasynced, the file's directory entry fsynced) before the write runs
+// or Admit returns, on the child's real system calls.
+func TestStableBeforeUse(t *testing.T) {
+	fencetest.StableBeforeUse(t, durable, nil)
+}

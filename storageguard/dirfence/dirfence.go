@@ -99,7 +99,12 @@ type Fence struct {
 	entries sync.Map // resource -> *entry
 
 	linger, probe, tick time.Duration
-	t0                  time.Time // origin of the monotonic clock in entry.probeAt
+	t0                  time.Time   // origin of the monotonic clock in entry.probeAt
+	mode                os.FileMode // of the files the fence creates
+
+	// syncHook, if set, is called before every sync of the fence (tests
+	// count syncs through it, or fail one); its error is the sync's.
+	syncHook func(f *os.File, kind syncKind) error
 
 	closeMu  sync.RWMutex
 	inflight sync.WaitGroup
@@ -118,6 +123,12 @@ type Options struct {
 	// raise waits for the writes in flight plus about this long. Zero means
 	// DefaultProbe.
 	Probe time.Duration
+	// FileMode is the permission of the files the fence creates in the
+	// directory, and, with search permission added wherever it grants
+	// read, of the directory if Open creates it. It must grant the owner
+	// read and write. Zero means 0600: a fence file is nobody else's
+	// business, and another user who could write it could lower it.
+	FileMode os.FileMode
 }
 
 // Defaults for Options.
@@ -126,14 +137,18 @@ const (
 	DefaultProbe  = time.Millisecond
 )
 
-// Validate reports whether o is usable: no negative duration. The error
-// wraps storageguard.ErrBadConfig.
+// Validate reports whether o is usable: no negative duration, a FileMode of
+// permission bits that let the owner read and write. The error wraps
+// storageguard.ErrBadConfig.
 func (o Options) Validate() error {
 	if o.Linger < 0 {
 		return fmt.Errorf("%w: negative dir linger %v", storageguard.ErrBadConfig, o.Linger)
 	}
 	if o.Probe < 0 {
 		return fmt.Errorf("%w: negative dir probe interval %v", storageguard.ErrBadConfig, o.Probe)
+	}
+	if o.FileMode != 0 && (o.FileMode&^os.ModePerm != 0 || o.FileMode&0o600 != 0o600) {
+		return fmt.Errorf("%w: dir file mode %#o: want permission bits only, owner read and write included", storageguard.ErrBadConfig, uint32(o.FileMode))
 	}
 	return nil
 }
@@ -182,8 +197,27 @@ func OpenWith(dir string, opts Options) (*Fence, error) {
 	if probe == 0 {
 		probe = DefaultProbe
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	mode := opts.FileMode
+	if mode == 0 {
+		mode = 0o600
+	}
+	// The directories MkdirAll creates are new names in their parents:
+	// sync those parents before any raise is acknowledged, or a power cut
+	// could take the whole directory back (I5).
+	existing := filepath.Clean(dir)
+	for {
+		if _, err := os.Lstat(existing); err == nil || filepath.Dir(existing) == existing {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	if err := os.MkdirAll(dir, mode|(mode&0o444)>>2); err != nil {
 		return nil, fmt.Errorf("dirfence: create fence dir: %w", err)
+	}
+	for p := filepath.Clean(dir); p != existing && filepath.Dir(p) != p; p = filepath.Dir(p) {
+		if err := syncPath(filepath.Dir(p)); err != nil {
+			return nil, fmt.Errorf("dirfence: sync the directory of %s: %w", p, err)
+		}
 	}
 	df, err := os.Open(dir)
 	if err != nil {
@@ -197,7 +231,7 @@ func OpenWith(dir string, opts Options) (*Fence, error) {
 		}
 		return nil, fmt.Errorf("dirfence: open fence dir %s: %w", dir, err)
 	}
-	d := &Fence{dir: dir, dirFile: df, linger: linger, probe: probe, tick: min(linger, probe), t0: time.Now()}
+	d := &Fence{dir: dir, dirFile: df, linger: linger, probe: probe, tick: min(linger, probe), t0: time.Now(), mode: mode}
 	d.removeOldTemps()
 	return d, nil
 }
@@ -211,9 +245,8 @@ func (d *Fence) removeOldTemps() {
 		if !strings.Contains(n, tempInfix) {
 			continue
 		}
-		p := filepath.Join(d.dir, n)
-		if st, err := os.Lstat(p); err == nil && time.Since(st.ModTime()) > tempMaxAge {
-			os.Remove(p)
+		if st, err := d.lstatAt(n); err == nil && time.Since(time.Unix(st.Mtim.Unix())) > tempMaxAge {
+			d.unlinkAt(n)
 		}
 	}
 }
@@ -233,8 +266,9 @@ func fileName(resource string) string {
 
 // entry is one resource's state in this process.
 type entry struct {
-	path       string // the fence file
-	intentPath string // the intent file
+	name       string // the fence file's name in the directory
+	intentName string // the intent file's name
+	path       string // the fence file's path, for messages
 	// mu: read side for same-epoch writers of this process (and Highest),
 	// write side for reloading and raising.
 	mu sync.RWMutex
@@ -290,8 +324,8 @@ func (d *Fence) entry(resource string) *entry {
 	if v, ok := d.entries.Load(resource); ok {
 		return v.(*entry)
 	}
-	p := filepath.Join(d.dir, fileName(resource))
-	e := &entry{path: p, intentPath: strings.TrimSuffix(p, fenceSuffix) + intentSuffix}
+	n := fileName(resource)
+	e := &entry{name: n, intentName: strings.TrimSuffix(n, fenceSuffix) + intentSuffix, path: filepath.Join(d.dir, n)}
 	e.released = sync.NewCond(&e.fmu)
 	v, _ := d.entries.LoadOrStore(strings.Clone(resource), e)
 	return v.(*entry)
@@ -406,7 +440,7 @@ func (d *Fence) Highest(ctx context.Context, resource string) (epoch.Epoch, erro
 		v = x.(*entry)
 	} else {
 		// Unknown here: read the file directly, creating nothing.
-		return readFenceFile(filepath.Join(d.dir, fileName(resource)))
+		return d.readFenceFile(fileName(resource))
 	}
 	for {
 		v.mu.RLock()

@@ -49,6 +49,9 @@ func TestFence(t *testing.T) {
 		},
 		Reopen:     func(t *testing.T) storageguard.Fence { return open(t, dir) },
 		Goroutines: 16, Ops: 300,
+		// A raise waits in flock(2) and on the process's own lock, neither
+		// of which a context interrupts (doc.go says so).
+		WaitIgnoresContext: true,
 	})
 }
 
@@ -189,4 +192,12 @@ func TestTornRaise(t *testing.T) {
 	if h, err := open(t, dir).Highest(ctx, "r"); err != nil || h != ep(6, "a") {
 		t.Fatalf("Highest after reopen = %v, %v; want %v", h, err, ep(6, "a"))
 	}
+}
+
+// TestStableBeforeUse: every raise is on stable storage (the slot written
+// and fdatasynced; a resource's first file written, fsynced, renamed into
+// place and the directory fsynced) before the write runs or Admit returns,
+// on the child's real system calls. Intent files only hold locks.
+func TestStableBeforeUse(t *testing.T) {
+	fencetest.StableBeforeUse(t, durable, func(path string) bool { return strings.HasSuffix(path, ".intent") })
 }

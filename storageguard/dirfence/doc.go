@@ -24,8 +24,18 @@
 //     and the directory fsynced) before Do runs the write or Admit returns.
 //     A torn write falls back to the previous slot; a record another process
 //     wrote is synced before it is trusted.
+//   - A raise whose write or sync fails is taken back before anyone can act
+//     on it: the slot's previous bytes are written back under the
+//     exclusive lock (a first file whose directory fsync failed is
+//     unlinked), the descriptor is closed and the file opened anew, so
+//     neither this process nor another trusts a record that may not be on
+//     disk; the raise returns the error.
 //   - Any resource name is safe: file names are an encoding of it, so none
-//     reaches outside the directory.
+//     reaches outside the directory. Every file is opened relative to the
+//     directory the fence opened, never through a symbolic link
+//     (O_NOFOLLOW; ErrNotRegular for a link, FIFO or device planted in the
+//     directory), and created with mode 0600 unless Options.FileMode says
+//     otherwise.
 //
 // # Non-guarantees
 //
@@ -34,7 +44,10 @@
 //     must reach stable storage.
 //   - A raise by another process waits for the writes in flight plus up to
 //     about one probe interval; a write under the current epoch queued
-//     behind such a raise waits too, whatever its context says.
+//     behind such a raise waits too, and a raise waiting for in-flight
+//     writes does not give up when its context ends (flock(2) and the
+//     process's own lock cannot be interrupted). The hold itself never
+//     depends on the context.
 //   - Every process must run this protocol; a file changed from outside the
 //     fence is detected as corrupt or re-read, not repaired.
 //   - The fence protects only what is written through it (I7), does not

@@ -12,6 +12,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -34,11 +35,17 @@ func (d *Fence) load(e *entry) error {
 		return fmt.Errorf("dirfence: fence file %s is corrupt: %w", e.path, err)
 	}
 	if len(b) > 0 {
-		if err := datasync(e.f); err != nil {
+		if err := d.sync(e.f, syncData); err != nil {
+			// Never trust what a failed sync covered: the next caller opens
+			// the file again (a descriptor that saw a write-back error may
+			// not report it twice) and syncs before it reads anything in.
+			flock(e.f, unix.LOCK_UN)
+			e.closeFile()
 			return fmt.Errorf("dirfence: sync fence file %s: %w", e.path, err)
 		}
 		if !e.synced {
-			if err := d.dirFile.Sync(); err != nil {
+			if err := d.sync(d.dirFile, syncDir); err != nil {
+				e.closeFile()
 				return fmt.Errorf("dirfence: sync fence dir: %w", err)
 			}
 			e.synced = true
@@ -121,20 +128,21 @@ func (d *Fence) raise(e *entry, ep epoch.Epoch) error {
 		return d.create(e, ep, slotBytes)
 	}
 	target := 1 - e.slot
-	if _, err := e.f.WriteAt(slotBytes, int64(target*slotStride)); err != nil {
-		e.closeFile() // state unknown: reload before anything else
+	off := int64(target * slotStride)
+	if _, err := e.f.WriteAt(slotBytes, off); err != nil {
+		d.unraise(e, target)
 		return fmt.Errorf("dirfence: raise fence file %s to %s: %w", e.path, ep, err)
 	}
-	if err := datasync(e.f); err != nil {
-		e.closeFile()
+	if err := d.sync(e.f, syncData); err != nil {
+		d.unraise(e, target)
 		return fmt.Errorf("dirfence: sync fence file %s after raising to %s: %w", e.path, ep, err)
 	}
 	if !e.synced {
 		// Not reached by the protocol (load syncs the directory before a
 		// non-empty file is trusted), kept so a raise is never acknowledged
 		// on a link that is not durable.
-		if err := d.dirFile.Sync(); err != nil {
-			e.closeFile()
+		if err := d.sync(d.dirFile, syncDir); err != nil {
+			d.unraise(e, target)
 			return fmt.Errorf("dirfence: sync fence dir: %w", err)
 		}
 		e.synced = true
@@ -147,6 +155,27 @@ func (d *Fence) raise(e *entry, ep epoch.Epoch) error {
 	return nil
 }
 
+// unraise undoes a raise whose write or sync failed, before anyone can act
+// on it. The new record may sit in the page cache although it is not known
+// to be on disk (after a failed fsync Linux marks the pages clean and later
+// descriptors see no error), and a process that read it there would trust
+// it: so, still holding the exclusive flock, it writes back the slot's
+// previous bytes (what e.raw holds: an older record, or nothing), syncs
+// them as best it can, and closes the descriptor; the next caller opens the
+// file again and reads the previous, durable highest. Caller holds e.mu for
+// writing and the exclusive flock on e.f; on return e.f is closed, which
+// releases the flock.
+func (d *Fence) unraise(e *entry, target int) {
+	prev := make([]byte, slotSize)
+	if off := target * slotStride; off < len(e.raw) {
+		copy(prev, e.raw[off:min(off+slotSize, len(e.raw))])
+	}
+	if _, err := e.f.WriteAt(prev, int64(target*slotStride)); err == nil {
+		_ = d.sync(e.f, syncData)
+	}
+	e.closeFile()
+}
+
 // create makes a resource's first fence file: slot 0 holds ep, slot 1 is
 // zero. It writes a temporary file, fsyncs it, renames it over the empty
 // file that e.f holds locked, and fsyncs the directory, holding the new
@@ -155,14 +184,14 @@ func (d *Fence) raise(e *entry, ep epoch.Epoch) error {
 func (d *Fence) create(e *entry, ep epoch.Epoch, slotBytes []byte) error {
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	tmp := e.path + tempInfix + hex.EncodeToString(rnd[:])
-	nf, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	tmp := e.name + tempInfix + hex.EncodeToString(rnd[:])
+	nf, err := d.openAt(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, d.mode)
 	if err != nil {
 		return fmt.Errorf("dirfence: create fence temp file: %w", err)
 	}
 	fail := func(err error) error {
 		nf.Close()
-		os.Remove(tmp)
+		d.unlinkAt(tmp)
 		return fmt.Errorf("dirfence: raise fence file %s to %s: %w", e.path, ep, err)
 	}
 	raw := make([]byte, fileSize)
@@ -170,18 +199,21 @@ func (d *Fence) create(e *entry, ep epoch.Epoch, slotBytes []byte) error {
 	if _, err := nf.Write(raw); err != nil {
 		return fail(err)
 	}
-	if err := nf.Sync(); err != nil {
+	if err := d.sync(nf, syncFile); err != nil {
 		return fail(err)
 	}
 	if err := flock(nf, unix.LOCK_EX); err != nil {
 		return fail(err)
 	}
-	if err := os.Rename(tmp, e.path); err != nil {
+	if err := d.renameAt(tmp, e.name); err != nil {
 		return fail(err)
 	}
-	if err := d.dirFile.Sync(); err != nil {
-		// The rename happened but may not be durable; keep nobody waiting on
-		// a file we no longer trust: drop both and make the caller reload.
+	if err := d.sync(d.dirFile, syncDir); err != nil {
+		// The rename happened but may not be durable: take it back while
+		// both files are still locked, so that nobody acts on an epoch a
+		// crash could take back (the resource had no epoch before), and
+		// make the caller start over.
+		d.unlinkAt(e.name)
 		nf.Close()
 		e.closeFile()
 		return fmt.Errorf("dirfence: fsync fence dir after raising %s to %s: %w", e.path, ep, err)
@@ -193,10 +225,11 @@ func (d *Fence) create(e *entry, ep epoch.Epoch, slotBytes []byte) error {
 	return nil
 }
 
-// readFenceFile reads a fence file under a shared lock (a raise rewrites a
-// slot in place), creating nothing.
-func readFenceFile(path string) (epoch.Epoch, error) {
-	f, err := os.Open(path)
+// readFenceFile reads the fence file name under a shared lock (a raise
+// rewrites a slot in place), creating nothing.
+func (d *Fence) readFenceFile(name string) (epoch.Epoch, error) {
+	path := filepath.Join(d.dir, name)
+	f, err := d.openAt(name, unix.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return epoch.Epoch{}, nil
 	}

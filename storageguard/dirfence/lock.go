@@ -204,7 +204,7 @@ func (d *Fence) exclusive(e *entry, fn func() (raised bool, err error)) error {
 	e.releaseLocked()
 	e.fmu.Unlock()
 	if e.intent == nil {
-		f, err := os.OpenFile(e.intentPath, os.O_RDWR|os.O_CREATE, 0o644)
+		f, err := d.openAt(e.intentName, unix.O_RDWR|unix.O_CREAT, d.mode)
 		if err != nil {
 			return fmt.Errorf("dirfence: open fence intent file: %w", err)
 		}
@@ -233,7 +233,7 @@ func (d *Fence) exclusive(e *entry, fn func() (raised bool, err error)) error {
 func (d *Fence) lockExclusive(e *entry) error {
 	for {
 		if e.f == nil {
-			f, err := os.OpenFile(e.path, os.O_RDWR|os.O_CREATE, 0o644)
+			f, err := d.openAt(e.name, unix.O_RDWR|unix.O_CREAT, d.mode)
 			if err != nil {
 				return fmt.Errorf("dirfence: open fence file: %w", err)
 			}

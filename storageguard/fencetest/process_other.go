@@ -23,3 +23,9 @@ func MultiProcess(t *testing.T, _ Durable) {
 func CrashDurability(t *testing.T, _ Durable) {
 	t.Skip("fencetest: CrashDurability runs on unix only")
 }
+
+// StableBeforeUse is skipped on this platform: it traces a child process
+// with strace.
+func StableBeforeUse(t *testing.T, _ Durable, _ func(path string) bool) {
+	t.Skip("fencetest: StableBeforeUse runs on unix only")
+}

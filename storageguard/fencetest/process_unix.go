@@ -54,6 +54,8 @@ func RunChild(d Durable) {
 		code = childWriter(d)
 	case "raiser":
 		code = childRaiser(d)
+	case "syncer":
+		code = childSyncer(d)
 	default:
 		fmt.Fprintf(os.Stderr, "fencetest child: unknown role %q\n", role)
 		code = 2

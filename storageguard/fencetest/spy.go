@@ -20,15 +20,27 @@ type Spy struct {
 	// OnDecide, if set, is called with each epoch that reaches Do or Admit,
 	// before the fence decides on it. Set it before the Spy is shared.
 	OnDecide func(epoch.Epoch)
+	// OnHold, if set, is called with the epoch of each Do whose write the
+	// wrapped fence runs, as the write starts: the epoch is admitted and
+	// held. Set it before the Spy is shared.
+	OnHold func(epoch.Epoch)
 }
 
 var _ storageguard.Fence = (*Spy)(nil)
 
-// Do counts the call and calls OnDecide, then the wrapped fence's Do.
+// Do counts the call and calls OnDecide, then the wrapped fence's Do (with
+// OnHold called as the write starts).
 func (s *Spy) Do(ctx context.Context, r string, ep epoch.Epoch, w func(context.Context) error) error {
 	s.Calls.Add(1)
 	if s.OnDecide != nil {
 		s.OnDecide(ep)
+	}
+	if s.OnHold != nil && w != nil {
+		write := w
+		w = func(ctx context.Context) error {
+			s.OnHold(ep)
+			return write(ctx)
+		}
 	}
 	return s.Fence.Do(ctx, r, ep, w)
 }

@@ -30,6 +30,10 @@ type Kind struct {
 	// under one epoch (SQLite has one writer per database). Run then skips
 	// the test that same-epoch writes run together.
 	SerialWriters bool
+	// WaitIgnoresContext: a raise waiting for the writes of the older epoch
+	// does not give up when its context ends (dirfence: flock(2) cannot be
+	// interrupted). Run then skips the test that it does.
+	WaitIgnoresContext bool
 	// Goroutines and Ops scale the random concurrent test to the fence's
 	// speed: Goroutines goroutines make Ops calls each (testing.Short:
 	// a quarter). Zero: 16 and 300.
@@ -44,6 +48,10 @@ func Run(t *testing.T, k Kind) {
 	t.Run("CheckDoesNotRaise", func(t *testing.T) { testCheck(t, k.Open(t)) })
 	t.Run("ResourceNames", func(t *testing.T) { testResourceNames(t, k.Open(t)) })
 	t.Run("Context", func(t *testing.T) { testContext(t, k.Open(t)) })
+	t.Run("CancelHoldsFence", func(t *testing.T) { testCancelHolds(t, k.Open(t)) })
+	if !k.WaitIgnoresContext {
+		t.Run("ContextBoundsWait", func(t *testing.T) { testContextBoundsWait(t, k.Open(t)) })
+	}
 	t.Run("WritePanics", func(t *testing.T) { testWritePanics(t, k.Open(t)) })
 	t.Run("Closed", func(t *testing.T) { testClosed(t, k.Open(t)) })
 	if !k.SerialWriters {

@@ -12,14 +12,29 @@
 //   - A token that is missing, malformed, duplicated, unsigned or badly
 //     signed (under a signing Verifier), or that names another cluster than
 //     the Guard's, is refused before the fence is asked to admit anything:
-//     it never raises the fence (docs/DESIGN.md I6).
+//     it never raises the fence (docs/DESIGN.md I6). Such a refusal does
+//     not read the fence either and names nothing internal: no highest
+//     epoch, no resource name (by default the backend's URL).
 //   - The forwarded request (the wrapped handler) runs inside the fence's
 //     Do, so it runs only under an admitted epoch, and no newer epoch is
 //     admitted until every request in flight under an older one has been
 //     served (I4): the proxy returns from the write only after the
 //     backend's response has been copied to the client in full, or cut off
 //     at ProxyConfig.Timeout. Requests under the same epoch run
-//     concurrently.
+//     concurrently. A client that goes away does not end its request's
+//     hold early: the fence holds for as long as the backend (or the
+//     handler) works on the request, whatever the fence (sqlfence included:
+//     its transaction outlives the request's cancelled context).
+//   - The proxy's Timeout bounds the whole request from admission on,
+//     slow clients included: deadlines on the client's connection cut off a
+//     client that trickles its body or does not read the response, so an
+//     older epoch's client delays a newer epoch by at most about the
+//     timeout (plus 100 ms to write a 504). Each cut-off is logged and
+//     counted (ProxyStats).
+//   - The backend never sees a token the proxy did not verify: every
+//     spelling of the header that a backend could read as the token
+//     (Fencing_Token, HTTP_FENCING_TOKEN, …) is stripped; the verified one
+//     is forwarded only with ProxyConfig.ForwardToken.
 //   - The proxy retries a request to the backend only when a pooled
 //     connection failed before any response byte and the request is
 //     replayable (GET, HEAD, OPTIONS, TRACE or with an Idempotency-Key, and
@@ -35,11 +50,16 @@
 //     request after the proxy cut it off at the timeout may still apply it,
 //     possibly after a newer epoch was admitted: set the timeout above the
 //     backend's own.
-//   - The timeout bounds the backend exchange, not a client that is slow to
-//     send its body or to read the response.
-//   - A refusal's body names the resource and, when the fence knows it, its
-//     highest epoch.
+//   - Middleware has no timeout of its own: a handler that does not return
+//     holds its epoch; bound its running time.
+//   - A stale or conflicting epoch's refusal (an authentic token) names the
+//     resource and both epochs.
 //   - Reads are fenced only if they carry a token (ProxyConfig.UnfencedReads
-//     lets GET and HEAD without one through); a read admitted under an
-//     epoch can be stale by the time the client uses it.
+//     lets plain GET and HEAD without one through: no body, no method
+//     override); a read admitted under an epoch can be stale by the time
+//     the client uses it.
+//   - Over an SQL fence, a write is as safe as the database session that
+//     holds the lock (see storageguard/sqlfence): a session lost while the
+//     request was served is logged (storageguard.ErrFenceLost; the response
+//     was already sent), not prevented.
 package httpfence

@@ -28,7 +28,16 @@ type mwEnv struct {
 
 func newMwEnv(t *testing.T, h http.Handler, resource func(*http.Request) string) *mwEnv {
 	t.Helper()
+	return newMwEnvOver(t, nil, h, resource)
+}
+
+// newMwEnvOver is newMwEnv with the Guard over fence (nil: a Memory fence).
+func newMwEnvOver(t *testing.T, fence storageguard.Fence, h http.Handler, resource func(*http.Request) string) *mwEnv {
+	t.Helper()
 	e := &mwEnv{codec: gtCodec(t, gtKey), spy: gtSpy()}
+	if fence != nil {
+		e.spy.Fence = fence
+	}
 	e.guard = storageguard.NewGuard(e.spy, storageguard.GuardConfig{Cluster: "payments", Verifier: e.codec})
 	e.server = httptest.NewServer(httpfence.Middleware(e.guard, resource)(h))
 	t.Cleanup(e.server.Close)
@@ -90,8 +99,12 @@ func TestMiddlewareFencesHandler(t *testing.T) {
 		if r.status != c.status || r.refusal.Code != c.code {
 			t.Errorf("%s: %d %q, want %d %q (%+v)", c.name, r.status, r.refusal.Code, c.status, c.code, r.refusal)
 		}
-		if r.refusal.Highest == nil || *r.refusal.Highest != gtEp(34, "node-b") {
-			t.Errorf("%s: refusal does not name the highest epoch: %+v", c.name, r.refusal)
+		fenceRefused := c.status == 409 // the token verified; the fence refused the epoch
+		if named := r.refusal.Highest != nil && *r.refusal.Highest == gtEp(34, "node-b"); named != fenceRefused {
+			t.Errorf("%s: refusal names the highest epoch: %v, want %v (%+v)", c.name, named, fenceRefused, r.refusal)
+		}
+		if named := r.refusal.Resource != "" || strings.Contains(r.refusal.Error, httpfence.DefaultMiddlewareResource); named != fenceRefused {
+			t.Errorf("%s: refusal names the resource: %v, want %v (%+v)", c.name, named, fenceRefused, r.refusal)
 		}
 	}
 	mu.Lock()

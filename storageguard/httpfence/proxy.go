@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/termfence/termfence/epoch"
@@ -20,6 +21,11 @@ import (
 // DefaultProxyTimeout is the longest a proxied request may run when
 // ProxyConfig.Timeout is zero.
 const DefaultProxyTimeout = 30 * time.Second
+
+// writeGrace is how much longer than ProxyConfig.Timeout the client's
+// connection may take to accept the response: time to write the 504 of a
+// backend that did not answer in time to a client that reads.
+const writeGrace = 100 * time.Millisecond
 
 // ProxyConfig configures a fencing proxy. The zero value is valid: one
 // resource for the whole target, a 30 s timeout, the token stripped, every
@@ -32,27 +38,42 @@ type ProxyConfig struct {
 	// to one resource named after the target (scheme, host and path, no user
 	// info or query).
 	Resource func(*http.Request) string
-	// Timeout bounds each forwarded request's exchange with the backend,
-	// from admission on. When it expires the backend request is cancelled
-	// (504 if no response header was sent yet, else the response is cut
-	// off), and a newer epoch waiting for it may proceed. It does not bound
-	// a client that is slow to send its body or to read the response: the
-	// proxy sets no deadline on the client's connection, so such a client
-	// holds its epoch's admission for as long as it takes. A client that
-	// goes away does not cancel the backend request: the proxy waits for
-	// the backend's answer (or the timeout), so that a newer epoch is not
-	// forwarded while the backend may still be working on the older
-	// request. Zero: DefaultProxyTimeout. Negative is invalid.
+	// Timeout bounds each forwarded request from admission on: reading the
+	// client's body, the exchange with the backend and writing the response
+	// to the client. When it expires the backend request is cancelled and
+	// deadlines on the client's connection cut off a client that is still
+	// sending its body or (100 ms later, time to write a 504) not reading
+	// the response (504 if no response header was sent yet, else the
+	// response is cut off); the request's hold on its epoch is then
+	// released, so a newer
+	// epoch waiting for it proceeds. A cut-off request is logged (ErrorLog)
+	// and counted (Stats). A client that goes away does not cancel the
+	// backend request: the proxy waits for the backend's answer (or the
+	// timeout), so that a newer epoch is not forwarded while the backend may
+	// still be working on the older request. Zero: DefaultProxyTimeout.
+	// Negative is invalid.
 	Timeout time.Duration
+	// Stats, if set, counts the requests the proxy cut off at Timeout.
+	Stats *ProxyStats
 	// ForwardToken sends the client's Fencing-Token header on to the backend.
 	// False (the default): the header is stripped, so the backend never sees
-	// a token it cannot check.
+	// a token it cannot check. Either way every other spelling of the header
+	// that a backend could read as the token (Fencing_Token, FENCING_TOKEN,
+	// HTTP_FENCING_TOKEN: names that equal FENCING_TOKEN or
+	// HTTP_FENCING_TOKEN once upper-cased with '-' read as '_', as CGI and
+	// WSGI map them) is stripped from the header and the trailer: the proxy
+	// verified one token, and the backend must not read another.
 	ForwardToken bool
 	// UnfencedReads lets GET and HEAD requests that carry no token through
 	// to the backend without the fence (they are still bounded by Timeout).
 	// Such reads are not ordered against epoch changes and may be stale.
-	// A GET or HEAD that does carry a token is fenced like any request.
-	// False (the default): a request without a token is refused with 401.
+	// Only a plain read qualifies: a GET or HEAD with a body (Content-Length
+	// or Transfer-Encoding) or with a method-override header
+	// (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, in any
+	// spelling) may be a write to the backend, and needs a token like any
+	// request. A GET or HEAD that does carry a token is fenced like any
+	// request. False (the default): a request without a token is refused
+	// with 401.
 	UnfencedReads bool
 	// Transport sends requests to the backend. Nil: a transport of the
 	// proxy's own. For an http target it keeps up to 256 idle HTTP/1.1
@@ -72,7 +93,8 @@ type ProxyConfig struct {
 	// lifetime (CloseIdleConnections) or its TLS.
 	Transport http.RoundTripper
 	// ErrorLog receives errors the proxy cannot report to the client (a
-	// response body cut off mid-copy). Nil: the log package's standard
+	// response body cut off mid-copy, a request cut off at Timeout, a fence
+	// lost while a request was forwarded). Nil: the log package's standard
 	// logger.
 	ErrorLog *log.Logger
 }
@@ -90,7 +112,20 @@ func (c ProxyConfig) Validate() error {
 type proxy struct {
 	rp      *httputil.ReverseProxy
 	timeout time.Duration
+	stats   *ProxyStats // nil: not counted
+	log     *log.Logger // nil: the log package's standard logger
 }
+
+// ProxyStats counts what proxies cut off. The zero value is ready; it is
+// safe for concurrent use, and several proxies may share one.
+type ProxyStats struct {
+	timedOut atomic.Uint64
+}
+
+// TimedOut returns how many requests were cut off at ProxyConfig.Timeout:
+// the backend had not answered, or the client had not sent its body or
+// read the response, in time.
+func (s *ProxyStats) TimedOut() uint64 { return s.timedOut.Load() }
 
 // NewProxy returns a fencing proxy: an http.Handler that forwards requests
 // to target only under an epoch that g admitted, for a resource that cannot
@@ -119,7 +154,7 @@ type proxy struct {
 // relative target or an invalid cfg gives a handler that answers every
 // request with 500 and forwards nothing.
 func NewProxy(g *storageguard.Guard, target *url.URL, cfg ProxyConfig) http.Handler {
-	h := &fenced{guard: g, resource: cfg.Resource}
+	h := &fenced{guard: g, resource: cfg.Resource, errorLog: cfg.ErrorLog}
 	switch {
 	case cfg.Validate() != nil:
 		h.err = cfg.Validate()
@@ -139,7 +174,7 @@ func NewProxy(g *storageguard.Guard, target *url.URL, cfg ProxyConfig) http.Hand
 		}
 		h.resource = func(*http.Request) string { return name }
 	}
-	p := &proxy{timeout: cfg.Timeout}
+	p := &proxy{timeout: cfg.Timeout, stats: cfg.Stats, log: cfg.ErrorLog}
 	if p.timeout == 0 {
 		p.timeout = DefaultProxyTimeout
 	}
@@ -153,10 +188,8 @@ func NewProxy(g *storageguard.Guard, target *url.URL, cfg ProxyConfig) http.Hand
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.SetXForwarded()
-			if !forwardToken {
-				pr.Out.Header.Del(epoch.Header)
-				delete(pr.Out.Trailer, epoch.Header)
-			}
+			stripTokenSpellings(pr.Out.Header, forwardToken)
+			stripTokenSpellings(pr.Out.Trailer, forwardToken)
 		},
 		Transport:    tr,
 		ErrorLog:     cfg.ErrorLog,
@@ -171,7 +204,7 @@ func NewProxy(g *storageguard.Guard, target *url.URL, cfg ProxyConfig) http.Hand
 	}
 	h.serve = p.forward
 	if cfg.UnfencedReads {
-		h.unfenced = func(r *http.Request) bool { return r.Method == http.MethodGet || r.Method == http.MethodHead }
+		h.unfenced = plainRead
 	}
 	return h
 }
@@ -239,7 +272,11 @@ func (b drainOnClose) Close() error {
 // timeout expired, 502 otherwise.
 func backendError(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := http.StatusBadGateway, "backend_error"
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+	// The timer that ends the context may run after a network deadline set
+	// from the same instant fired (a dial's "i/o timeout"): the deadline
+	// itself decides.
+	dl, ok := r.Context().Deadline()
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(r.Context().Err(), context.DeadlineExceeded) || (ok && !time.Now().Before(dl)) {
 		status, code = http.StatusGatewayTimeout, "backend_timeout"
 	}
 	body := Refusal{Code: code, Error: "httpfence: backend: " + err.Error()}
@@ -255,14 +292,98 @@ func backendError(w http.ResponseWriter, r *http.Request, err error) {
 //
 // The backend request is not cancelled when the client goes away: the
 // backend may be working on it, so the write (and with it the epoch) lasts
-// until the backend has answered or the timeout cut it off.
+// until the backend has answered or the timeout cut it off. The client's
+// connection gets the same deadline, for reading (the request body, which
+// the transport reads while it writes the backend request) and for writing
+// (the response): without it a client that trickles its body, or does not
+// read a large response, would hold the epoch's admission for as long as
+// it likes, and every later request for the resource with it.
 func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
+	start := time.Now()
+	deadline := start.Add(p.timeout)
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
+	rc := http.NewResponseController(w)
 	// Without full duplex, the server closes the request body as soon as
 	// the response header is written, while the transport may still be
 	// reading it to EOF; the transport then tears down the backend
 	// connection mid-response. HTTP/2 is full duplex already (error).
-	_ = http.NewResponseController(w).EnableFullDuplex()
+	_ = rc.EnableFullDuplex()
+	// Errors: a ResponseWriter that cannot set deadlines (a wrapper
+	// without Unwrap); the backend exchange is still bounded by ctx.
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline.Add(writeGrace))
+	defer func() {
+		// Also when the copy to the client failed and the reverse proxy
+		// aborts the handler (panic(http.ErrAbortHandler)).
+		if !time.Now().Before(deadline) {
+			p.cut(ctx, r, time.Since(start))
+		}
+	}()
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// cut logs and counts a request that the timeout cut off.
+func (p *proxy) cut(ctx context.Context, r *http.Request, took time.Duration) {
+	if p.stats != nil {
+		p.stats.timedOut.Add(1)
+	}
+	what := "unfenced read"
+	if a, ok := admissionFrom(ctx); ok {
+		what = fmt.Sprintf("resource %q under %s", a.resource, a.ep)
+	}
+	msg := fmt.Sprintf("httpfence: %s %s for %s from %s cut off at the proxy timeout %v (after %v); its hold on the epoch is released", r.Method, r.URL.Path, what, r.RemoteAddr, p.timeout, took.Round(time.Millisecond))
+	if p.log != nil {
+		p.log.Print(msg)
+	} else {
+		log.Print(msg)
+	}
+}
+
+// plainRead reports whether r may go through unfenced under UnfencedReads:
+// a GET or HEAD with no body and no method override.
+func plainRead(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+		return false
+	}
+	for k := range r.Header {
+		switch headerKey(k) {
+		case "X_HTTP_METHOD_OVERRIDE", "X_HTTP_METHOD", "X_METHOD_OVERRIDE":
+			return false
+		}
+	}
+	return true
+}
+
+// headerKey is a header name as CGI and WSGI see it: upper case, '-' as
+// '_'. Names that differ in the request map to one variable there.
+func headerKey(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		switch {
+		case c == '-':
+			b[i] = '_'
+		case 'a' <= c && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
+}
+
+// stripTokenSpellings removes from h every header a backend could read as
+// the token: each name that is FENCING_TOKEN or HTTP_FENCING_TOKEN as
+// headerKey spells it, except epoch.Header itself when keep.
+func stripTokenSpellings(h http.Header, keep bool) {
+	for k := range h {
+		switch headerKey(k) {
+		case "FENCING_TOKEN", "HTTP_FENCING_TOKEN":
+			if keep && k == epoch.Header {
+				continue
+			}
+			delete(h, k)
+		}
+	}
 }

@@ -47,6 +47,13 @@ type pxEnv struct {
 // http.Transport.
 func newPxEnv(t *testing.T, backend http.Handler, cfg httpfence.ProxyConfig) *pxEnv {
 	t.Helper()
+	return newPxEnvOver(t, nil, backend, cfg)
+}
+
+// newPxEnvOver is newPxEnv with the proxy's Guard over fence (nil: a
+// Memory fence).
+func newPxEnvOver(t testing.TB, fence storageguard.Fence, backend http.Handler, cfg httpfence.ProxyConfig) *pxEnv {
+	t.Helper()
 	srv := httptest.NewUnstartedServer(backend)
 	conns, closed := new(atomic.Int64), new(atomic.Int64)
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -59,7 +66,7 @@ func newPxEnv(t *testing.T, backend http.Handler, cfg httpfence.ProxyConfig) *px
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	e := newPxEnvTo(t, srv.URL, cfg)
+	e := newPxEnvToOver(t, fence, srv.URL, cfg)
 	e.backend, e.backendConns, e.backendClosed = srv, conns, closed
 	return e
 }
@@ -67,7 +74,15 @@ func newPxEnv(t *testing.T, backend http.Handler, cfg httpfence.ProxyConfig) *px
 // newPxEnvTo starts a proxy in front of the backend at backendURL.
 func newPxEnvTo(t *testing.T, backendURL string, cfg httpfence.ProxyConfig) *pxEnv {
 	t.Helper()
+	return newPxEnvToOver(t, nil, backendURL, cfg)
+}
+
+func newPxEnvToOver(t testing.TB, fence storageguard.Fence, backendURL string, cfg httpfence.ProxyConfig) *pxEnv {
+	t.Helper()
 	e := &pxEnv{codec: gtCodec(t, gtKey), spy: gtSpy()}
+	if fence != nil {
+		e.spy.Fence = fence
+	}
 	e.guard = storageguard.NewGuard(e.spy, storageguard.GuardConfig{Cluster: "payments", Verifier: e.codec})
 	if cfg.ErrorLog == nil {
 		cfg.ErrorLog = log.New(io.Discard, "", 0)
@@ -262,13 +277,14 @@ func TestProxyOlderEpochFinishesBeforeNewer(t *testing.T) {
 	// The third time the old request's client gives up while the backend
 	// still works on it.
 	eachTransport(t, func(t *testing.T, std bool) {
-		t.Run("held before header", func(t *testing.T) { testOlderFirst(t, std, false, false) })
-		t.Run("held mid-body", func(t *testing.T) { testOlderFirst(t, std, true, false) })
-		t.Run("client gone", func(t *testing.T) { testOlderFirst(t, std, false, true) })
+		t.Run("held before header", func(t *testing.T) { testOlderFirst(t, nil, std, false, false) })
+		t.Run("held mid-body", func(t *testing.T) { testOlderFirst(t, nil, std, true, false) })
+		t.Run("client gone", func(t *testing.T) { testOlderFirst(t, nil, std, false, true) })
 	})
 }
 
-func testOlderFirst(t *testing.T, std, midBody, clientGone bool) {
+// testOlderFirst runs the scenario with the Guard over fence (nil: Memory).
+func testOlderFirst(t *testing.T, fence storageguard.Fence, std, midBody, clientGone bool) {
 	oldIn := make(chan struct{})
 	releaseOld := make(chan struct{})
 	newIn := make(chan bool, 1) // whether the old request had finished
@@ -302,7 +318,7 @@ func testOlderFirst(t *testing.T, std, midBody, clientGone bool) {
 			io.WriteString(w, "new")
 		}
 	})
-	e := newPxEnv(t, backend, pxConfig(t, std, httpfence.ProxyConfig{}))
+	e := newPxEnvOver(t, fence, backend, pxConfig(t, std, httpfence.ProxyConfig{}))
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(releaseOld) }) }
 	t.Cleanup(release) // before the servers close, even if the test failed
@@ -361,7 +377,7 @@ func TestProxyRefusesBadTokens(t *testing.T) {
 	if r := e.send("POST", "/", leader, "X-Req", "leader"); r.status != 200 {
 		t.Fatalf("leader: %+v", r)
 	}
-	before := e.spy.Calls.Load()
+	before, beforeReads := e.spy.Calls.Load(), e.spy.Reads.Load()
 
 	huge := gtEp(epoch.MaxTerm, "mallory")
 	otherKey := gtCodec(t, []byte("a different key that nobody shares!!"))
@@ -390,8 +406,11 @@ func TestProxyRefusesBadTokens(t *testing.T) {
 		if c.status == 401 && r.header.Get("WWW-Authenticate") == "" {
 			t.Errorf("%s: 401 without WWW-Authenticate", c.name)
 		}
-		if r.refusal.Highest == nil || *r.refusal.Highest != gtEp(5, "node-a") {
-			t.Errorf("%s: refusal does not name the highest epoch: %+v", c.name, r.refusal)
+		// Nothing about the resource leaks to a request whose token did not
+		// verify: not its highest epoch, not its name (by default the
+		// backend's URL).
+		if r.refusal.Highest != nil || r.refusal.Resource != "" || strings.Contains(r.body, e.backend.Listener.Addr().String()) {
+			t.Errorf("%s: refusal leaks the resource: %s", c.name, r.body)
 		}
 		if hc.count(c.name) != 0 {
 			t.Errorf("%s: reached the backend", c.name)
@@ -402,6 +421,9 @@ func TestProxyRefusesBadTokens(t *testing.T) {
 	}
 	if n := e.spy.Calls.Load() - before; n != 0 {
 		t.Fatalf("refused tokens reached the fence's Do/Admit/Check %d times", n)
+	}
+	if n := e.spy.Reads.Load() - beforeReads; n != 0 {
+		t.Fatalf("refusing unauthenticated tokens read the fence (Highest) %d times", n)
 	}
 	// The real leader still writes; the forged huge term raised nothing.
 	if r := e.send("POST", "/", leader, "X-Req", "leader"); r.status != 200 {
@@ -521,11 +543,42 @@ func TestProxyUnfencedReads(t *testing.T) {
 		if open {
 			wantGet = http.StatusOK
 		}
-		if r := e.send("GET", "/", nil, "X-Req", "get"); r.status != wantGet {
+		ctx := context.Background()
+		if r := e.sendBody(ctx, "GET", "/", nil, nil, "X-Req", "get"); r.status != wantGet {
 			t.Errorf("open=%v: GET without token: %d, want %d", open, r.status, wantGet)
 		}
-		if r := e.send("HEAD", "/", nil, "X-Req", "head"); r.status != wantGet {
+		if r := e.sendBody(ctx, "HEAD", "/", nil, nil, "X-Req", "head"); r.status != wantGet {
 			t.Errorf("open=%v: HEAD without token: %d, want %d", open, r.status, wantGet)
+		}
+		// Reads that may be writes in disguise need a token: a GET with a
+		// body, or with a method override, in any spelling.
+		disguised := []struct {
+			name string
+			body []byte
+			kv   []string
+		}{
+			{"get-body", []byte("x=1"), nil},
+			{"get-override", nil, []string{"X-HTTP-Method-Override", "POST"}},
+			{"get-override-2", nil, []string{"x_http_method_override", "DELETE"}},
+			{"get-method", nil, []string{"X-HTTP-Method", "PUT"}},
+			{"get-method-override", nil, []string{"X-Method-Override", "PATCH"}},
+		}
+		for _, d := range disguised {
+			req, err := tokenRequest(ctx, "GET", e.proxy.URL+"/", nil, d.body, append([]string{"X-Req", d.name}, d.kv...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i+1 < len(d.kv); i += 2 {
+				// Keep the spelling: Header.Set canonicalises.
+				req.Header.Del(d.kv[i])
+				req.Header[d.kv[i]] = []string{d.kv[i+1]}
+			}
+			if r := doRequest(e.client, req); r.status != http.StatusUnauthorized {
+				t.Errorf("open=%v: %s without token: %d, want 401", open, d.name, r.status)
+			}
+			if n := hc.count(d.name); n != 0 {
+				t.Errorf("open=%v: %s reached the backend unfenced", open, d.name)
+			}
 		}
 		if r := e.send("POST", "/", nil, "X-Req", "post"); r.status != http.StatusUnauthorized {
 			t.Errorf("open=%v: POST without token: %d", open, r.status)
@@ -801,4 +854,55 @@ func TestProxyUnreadBodyKeepsConnection(t *testing.T) {
 			t.Fatalf("3 requests took %d client connections, want 1 (kept alive)", n)
 		}
 	})
+}
+
+// TestProxyStripsTokenSpellings: a header that a CGI or WSGI backend maps
+// to the same variable as Fencing-Token (HTTP_FENCING_TOKEN) never reaches
+// the backend, in the header or the trailer, whether or not the verified
+// token is forwarded: the backend must not read a token the proxy did not
+// verify.
+func TestProxyStripsTokenSpellings(t *testing.T) {
+	spellings := []string{"Fencing_Token", "FENCING_TOKEN", "fencing_token", "Fencing_token", "HTTP_FENCING_TOKEN", "Http-Fencing-Token", "http_fencing_token"}
+	for _, forward := range []bool{false, true} {
+		var mu sync.Mutex
+		var seen []string
+		backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body) // the trailer arrives after the body
+			mu.Lock()
+			defer mu.Unlock()
+			for _, h := range []http.Header{r.Header, r.Trailer} {
+				for k, v := range h {
+					if strings.Contains(strings.ToUpper(strings.ReplaceAll(k, "-", "_")), "FENCING_TOKEN") {
+						seen = append(seen, k+"="+strings.Join(v, ","))
+					}
+				}
+			}
+		})
+		e := newPxEnv(t, backend, httpfence.ProxyConfig{ForwardToken: forward})
+		tok := e.token(t, 3, "node-a")
+		forged := gtSign(t, e.codec, gtEp(1<<40, "mallory")) // not what the proxy verified
+		req, err := tokenRequest(context.Background(), "POST", e.proxy.URL+"/", tok, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Body = io.NopCloser(strings.NewReader("payload"))
+		req.ContentLength = -1 // chunked, so that trailers can be sent
+		req.Trailer = http.Header{}
+		for _, s := range spellings {
+			req.Header[s] = []string{forged} // as spelled: Header.Set would canonicalise
+			req.Trailer[s] = []string{forged}
+		}
+		if r := doRequest(e.client, req); r.status != 200 {
+			t.Fatalf("forward=%v: %+v", forward, r)
+		}
+		mu.Lock()
+		want := 0
+		if forward {
+			want = 1
+		}
+		if len(seen) != want || (forward && seen[0] != epoch.Header+"="+tok[0]) {
+			t.Errorf("forward=%v: the backend saw %v, want only the verified token if forwarded", forward, seen)
+		}
+		mu.Unlock()
+	}
 }

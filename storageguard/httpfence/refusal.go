@@ -18,18 +18,21 @@ type Refusal struct {
 	// Code is a stable, machine-readable reason: stale_epoch,
 	// conflicting_epoch, foreign_cluster, missing_token, malformed_token,
 	// unsigned_token, bad_signature, unauthenticated, bad_resource,
-	// misconfigured, fence_closed, fence_unavailable, canceled,
+	// misconfigured, fence_closed, fence_lost, fence_unavailable, canceled,
 	// backend_error, backend_timeout.
 	Code string `json:"code"`
 	// Error is the error's text, for people.
 	Error string `json:"error"`
-	// Resource is the resource the request mapped to, if known.
+	// Resource is the resource the request mapped to, in the refusal of a
+	// stale or conflicting epoch (an authentic token); empty otherwise, so
+	// that a request with no valid token learns no internal name.
 	Resource string `json:"resource,omitempty"`
 	// Presented is the epoch the request's token carried, when the token
 	// was authentic.
 	Presented *epoch.Epoch `json:"presented,omitempty"`
 	// Highest is the highest epoch the fence had accepted for Resource when
-	// the request was refused, if known.
+	// a stale or conflicting epoch was refused. No other refusal reads the
+	// fence.
 	Highest *epoch.Epoch `json:"highest,omitempty"`
 }
 
@@ -44,7 +47,9 @@ type Refusal struct {
 //     cluster;
 //   - 400 Bad Request: a bad resource name;
 //   - 500: storageguard.ErrNoFence, ErrBadConfig (checked first);
-//   - 503: a closed or failing fence, a cancelled request.
+//   - 503: a closed or failing fence, a fence lost during the write
+//     (storageguard.ErrFenceLost: the write's outcome is unknown), a
+//     cancelled request.
 func HTTPStatus(err error) (int, string) {
 	switch {
 	case err == nil:
@@ -69,6 +74,8 @@ func HTTPStatus(err error) (int, string) {
 		return http.StatusUnauthorized, "malformed_token"
 	case errors.Is(err, storageguard.ErrBadResource):
 		return http.StatusBadRequest, "bad_resource"
+	case errors.Is(err, storageguard.ErrFenceLost):
+		return http.StatusServiceUnavailable, "fence_lost"
 	case errors.Is(err, storageguard.ErrClosed):
 		return http.StatusServiceUnavailable, "fence_closed"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -103,13 +110,21 @@ func TokenFrom(r *http.Request) (string, error) {
 // storageguard.ErrUnauthenticated.
 var errNoToken = errors.New("no " + epoch.Header + " header")
 
-// refuse writes the JSON Refusal for err. It reads the resource's highest
-// epoch for the body unless the error carries it or the resource is unknown.
-func refuse(w http.ResponseWriter, r *http.Request, g *storageguard.Guard, resource string, err error) {
+// refuse writes the JSON Refusal for err. It never reads the fence: a
+// request refused before its token was verified (missing, malformed,
+// unsigned, forged, or of another cluster) learns nothing about the
+// resource, neither its name (by default the backend's URL) nor its highest
+// epoch; a stale or conflicting epoch's refusal names both epochs, which the
+// error carries, and the resource.
+func refuse(w http.ResponseWriter, resource string, err error) {
 	status, body := RefusalFor(resource, err)
-	if body.Highest == nil && resource != "" && status != http.StatusInternalServerError && status != http.StatusBadRequest {
-		if h, herr := g.Highest(r.Context(), resource); herr == nil && !h.IsZero() {
-			body.Highest = &h
+	if body.Highest == nil {
+		// Only the fence's own refusals (stale, conflicting) name the
+		// resource: their token was authentic.
+		body.Resource = ""
+		var fe *storageguard.ForeignError
+		if errors.As(err, &fe) {
+			body.Error = fmt.Sprintf("%v: presented %s", storageguard.ErrForeignCluster, fe.Presented)
 		}
 	}
 	if status == http.StatusUnauthorized {

@@ -3,6 +3,8 @@ package httpfence
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log"
 	"net/http"
 
 	"github.com/termfence/termfence/epoch"
@@ -29,6 +31,10 @@ type fenced struct {
 	// all is served without the fence (by serve, with r's own context, and
 	// no admission in it) instead of being refused.
 	unfenced func(r *http.Request) bool
+	// errorLog receives what cannot be told to the client: a fence lost
+	// while the request was served (its response was already sent). Nil:
+	// the log package's standard logger.
+	errorLog *log.Logger
 }
 
 var _ http.Handler = (*fenced)(nil)
@@ -39,7 +45,7 @@ var errPanicked = errors.New("httpfence: serving the request panicked")
 
 func (h *fenced) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.err != nil {
-		refuse(w, r, h.guard, "", h.err)
+		refuse(w, "", h.err)
 		return
 	}
 	token, err := TokenFrom(r)
@@ -53,7 +59,7 @@ func (h *fenced) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = storageguard.ValidateResource(resource)
 	}
 	if err != nil {
-		refuse(w, r, h.guard, validResource(resource), err)
+		refuse(w, validResource(resource), err)
 		return
 	}
 	var ran bool
@@ -71,8 +77,17 @@ func (h *fenced) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(panicked)
 	}
 	if !ran {
-		refuse(w, r, h.guard, resource, err)
+		refuse(w, resource, err)
 		return
+	}
+	if errors.Is(err, storageguard.ErrFenceLost) {
+		// The response is already written: the operator must hear of it.
+		msg := fmt.Sprintf("httpfence: %s %s for resource %q was served without a guaranteed fence: %v", r.Method, r.URL.Path, resource, err)
+		if h.errorLog != nil {
+			h.errorLog.Print(msg)
+		} else {
+			log.Print(msg)
+		}
 	}
 	// The response, or the backend's failure, is already written.
 	drainBody(r)

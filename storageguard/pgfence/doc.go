@@ -23,12 +23,21 @@
 //     WAL; with synchronous_commit off it is not).
 //   - Serialization failures and deadlocks are retried a bounded number of
 //     times with backoff, so the function may run more than once.
+//   - The context bounds the wait to get in, never the hold: once the
+//     function (or Do's write) runs, the commit is made whatever happens to
+//     the context, bounded by 5 s.
+//   - Do's transaction turns the session's idle_in_transaction_session_timeout
+//     off and commits after the write; if that commit fails (the session,
+//     and the lock, may have gone while the write ran), Do returns an error
+//     matching storageguard.ErrFenceLost, never the write's nil.
 //
 // # Non-guarantees
 //
-//   - Anything the function does outside its transaction; Do's write (not
-//     in the transaction) is as safe as the database session that holds the
-//     lock while it runs.
+//   - Anything the function does outside its transaction. Do's write (not
+//     in the transaction) is as strong as the database session that holds
+//     the lock while it runs: a session that ends under it lets a newer
+//     epoch in beside the write, which Do reports (ErrFenceLost) but cannot
+//     undo. Tx is the way to make a write to the same database safe.
 //   - Writes that do not go through the fence (I7), such as another
 //     program's SQL on the same table.
 //   - Read-only transactions: the lock needs a writable transaction

@@ -24,6 +24,12 @@ const (
 	qInsert       = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES ($1, $2, $3, $4) ON CONFLICT (resource) DO NOTHING"
 	qSelect       = "SELECT cluster, term, leader FROM termfence_fence WHERE resource = $1"
 	qSelectShared = qSelect + " FOR SHARE"
+	// qSelectHold is a Do's check: the session idles in its transaction
+	// while the write runs outside it, so the transaction turns the
+	// session's idle-in-transaction timeout off (SET LOCAL) in the same
+	// statement; the server would otherwise end the session, and the lock,
+	// under the write.
+	qSelectHold   = "SELECT cluster, term, leader, CASE WHEN current_setting('idle_in_transaction_session_timeout') <> '0' THEN set_config('idle_in_transaction_session_timeout', '0', true) END FROM termfence_fence WHERE resource = $1 FOR SHARE"
 	qSelectUpdate = qSelect + " FOR UPDATE"
 	qUpdate       = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
 )
@@ -32,8 +38,10 @@ const (
 // serialization failure or a deadlock.
 const maxAttempts = 10
 
-// rollbackTimeout bounds the rollback of a transaction that did not commit.
-const rollbackTimeout = 5 * time.Second
+// endTimeout bounds the end (commit or rollback) of a transaction once the
+// fence is held: the caller's context no longer applies there, and a link
+// cut mid-transaction must not hang the call for the kernel's TCP timeout.
+const endTimeout = 5 * time.Second
 
 // Fence is a durable storageguard.Fence in a PostgreSQL table, used through
 // a pgx connection pool. Its Tx runs a function in the transaction that
@@ -72,7 +80,12 @@ func Open(ctx context.Context, pool *pgxpool.Pool) (*Fence, error) {
 // attempt runs one transaction: begin and lock and read the fence row in
 // one round trip (FOR SHARE, or, exclusive, create the row if missing and
 // lock it FOR UPDATE), decide, raise if exclusive, run fn, commit.
-func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, exclusive bool, opts pgx.TxOptions, fn func(pgx.Tx) error) (err error) {
+//
+// ctx bounds getting in (the batch that waits for the lock, the raise),
+// never the hold: the commit and the rollback run under a context that the
+// caller's cancellation does not reach, bounded by endTimeout. hold marks a
+// Do's transaction (qSelectHold).
+func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, exclusive, hold bool, opts pgx.TxOptions, fn func(pgx.Tx) error) (err error) {
 	key := []byte(resource)
 	var b pgx.Batch
 	b.BeginTx(opts)
@@ -82,6 +95,8 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, ex
 		// rest.
 		b.Queue(qInsert, key, ep.Cluster, int64(ep.Term), ep.Leader)
 		b.Queue(qSelectUpdate, key)
+	} else if hold {
+		b.Queue(qSelectHold, key)
 	} else {
 		b.Queue(qSelectShared, key)
 	}
@@ -94,12 +109,12 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, ex
 			// locked or the pool's connection held. Bounded: a connection
 			// that cannot roll back in time is closed by pgx and dropped
 			// by the pool, and the server releases the locks with it.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 			defer cancel()
 			tx.Rollback(rctx)
 		}
 	}()
-	h, err := readBatch(br, exclusive)
+	h, err := readBatch(br, exclusive, hold)
 	if err != nil {
 		return err
 	}
@@ -126,12 +141,14 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, ex
 		}
 	}
 	committed = true
-	return tx.Commit(ctx)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	return tx.Commit(cctx)
 }
 
 // readBatch reads an attempt's batch: BEGIN, the INSERT if exclusive, and
 // the fence row (the zero epoch if there is none).
-func readBatch(br pgx.BatchResults, exclusive bool) (epoch.Epoch, error) {
+func readBatch(br pgx.BatchResults, exclusive, hold bool) (epoch.Epoch, error) {
 	defer br.Close()
 	if _, err := br.Exec(); err != nil { // BEGIN
 		return epoch.Epoch{}, err
@@ -143,7 +160,12 @@ func readBatch(br pgx.BatchResults, exclusive bool) (epoch.Epoch, error) {
 	}
 	var h epoch.Epoch
 	var term int64
-	switch err := br.QueryRow().Scan(&h.Cluster, &term, &h.Leader); {
+	var setting *string
+	dst := []any{&h.Cluster, &term, &h.Leader, &setting}
+	if !hold || exclusive {
+		dst = dst[:3]
+	}
+	switch err := br.QueryRow().Scan(dst...); {
 	case errors.Is(err, pgx.ErrNoRows):
 		h = epoch.Epoch{}
 	case err != nil:
@@ -157,7 +179,7 @@ func readBatch(br pgx.BatchResults, exclusive bool) (epoch.Epoch, error) {
 // run drives attempts (txretry.Run): exclusive when a raise is needed, the
 // raise committed alone first unless raiseInTx, serialization failures and
 // deadlocks retried with backoff.
-func (f *Fence) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInTx bool, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+func (f *Fence) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInTx, hold bool, retry func(error) bool, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
 	if f.closed.Load() {
 		return storageguard.ErrClosed
 	}
@@ -172,11 +194,11 @@ func (f *Fence) run(ctx context.Context, resource string, ep epoch.Epoch, raiseI
 	}
 	attempt := func(exclusive, withFn bool) error {
 		if !withFn {
-			return f.attempt(ctx, resource, ep, true, pgx.TxOptions{}, nil)
+			return f.attempt(ctx, resource, ep, true, false, pgx.TxOptions{}, nil)
 		}
-		return f.attempt(ctx, resource, ep, exclusive, opts, fn)
+		return f.attempt(ctx, resource, ep, exclusive, hold, opts, fn)
 	}
-	return txretry.Run(ctx, attempt, raiseInTx, retryable, maxAttempts, "pgfence:")
+	return txretry.Run(ctx, attempt, raiseInTx, retry, maxAttempts, "pgfence:")
 }
 
 // Tx runs fn in one transaction with the check of ep for resource and, if
@@ -191,6 +213,11 @@ func (f *Fence) run(ctx context.Context, resource string, ep epoch.Epoch, raiseI
 // Under READ COMMITTED (PostgreSQL's default) a transaction waiting behind
 // a raise sees the raised row and is refused; stricter levels fail it with
 // a serialization error, which is retried and then refused.
+//
+// ctx bounds the wait to get in (the lock, the check, the raise), never the
+// hold: the commit runs whatever happens to ctx once fn returned nil. To
+// cancel the transaction, run fn's statements with ctx: they fail once ctx
+// ends, fn returns their error, and everything rolls back.
 func (f *Fence) Tx(ctx context.Context, resource string, ep epoch.Epoch, fn func(pgx.Tx) error) error {
 	return f.TxWith(ctx, resource, ep, pgx.TxOptions{}, fn)
 }
@@ -209,7 +236,7 @@ func (f *Fence) TxWith(ctx context.Context, resource string, ep epoch.Epoch, opt
 	if opts.AccessMode == pgx.ReadOnly {
 		return ErrReadOnly
 	}
-	return f.run(ctx, resource, ep, true, opts, fn)
+	return f.run(ctx, resource, ep, true, false, retryable, opts, fn)
 }
 
 // Do implements storageguard.Fence.Do. A raise is committed in a
@@ -217,20 +244,30 @@ func (f *Fence) TxWith(ctx context.Context, resource string, ep epoch.Epoch, opt
 // then runs while a second transaction holds the fence row FOR SHARE, so no
 // newer epoch is admitted until write returns. write gets ctx, not the
 // transaction: to write to the same database in the same transaction as
-// the check, use Tx. write runs at most once, and Do then returns write's
-// error.
+// the check, use Tx. write runs at most once.
+//
+// ctx bounds the wait to get in, never the hold: once write runs, the
+// transaction lives until write returns whatever happens to ctx, and it
+// turns the session's idle_in_transaction_session_timeout off.
+//
+// Do is as strong as the database session that holds the lock: if the
+// session ends while write runs (pg_terminate_backend, a server restart, a
+// cut link), its lock goes with it and a newer epoch may be admitted beside
+// write. Do detects that when it commits the transaction after write and
+// returns an error matching storageguard.ErrFenceLost (with write's own
+// error, if any), never nil: write's outcome is then unknown. Otherwise Do
+// returns write's error.
 func (f *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
 	if write == nil {
 		return f.Admit(ctx, resource, ep)
 	}
-	return txretry.WriteOnce(ctx, write, func(body func(pgx.Tx) error) error {
-		return f.run(ctx, resource, ep, false, pgx.TxOptions{}, body)
-	})
+	h := txretry.NewHold[pgx.Tx](ctx, write)
+	return h.Result(f.run(ctx, resource, ep, false, true, h.Retryable(retryable), pgx.TxOptions{}, h.Body))
 }
 
 // Admit implements storageguard.Fence.Admit.
 func (f *Fence) Admit(ctx context.Context, resource string, ep epoch.Epoch) error {
-	return f.run(ctx, resource, ep, false, pgx.TxOptions{}, nil)
+	return f.run(ctx, resource, ep, false, false, retryable, pgx.TxOptions{}, nil)
 }
 
 // Check implements storageguard.Fence.Check.

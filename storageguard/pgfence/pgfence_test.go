@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -263,5 +264,31 @@ func BenchmarkPgfence(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// TestPgfenceSessionKilledUnderDo: the session holding a Do's lock is
+// terminated mid-write; Do reports storageguard.ErrFenceLost.
+func TestPgfenceSessionKilledUnderDo(t *testing.T) {
+	dsn := sqltest.PostgresDSN(t)
+	app := "pgfence-" + t.Name()
+	f := openPgfence(t, openPgxPool(t, sqltest.WithParams(t, dsn, "application_name", app), nil))
+	sqltest.FenceLost(t, f, func(ctx context.Context) (int, error) { return sqltest.Terminate(ctx, dsn, app) })
+}
+
+// TestPgfenceIdleTimeoutUnderDo: a server-side
+// idle_in_transaction_session_timeout shorter than the write does not end
+// the session that holds a Do's lock.
+func TestPgfenceIdleTimeoutUnderDo(t *testing.T) {
+	dsn := sqltest.WithParams(t, sqltest.PostgresDSN(t), "idle_in_transaction_session_timeout", "100")
+	sqltest.IdleTimeoutHolds(t, openPgfence(t, openPgxPool(t, dsn, nil)), 100*time.Millisecond)
+}
+
+// TestPgfenceTxCancelHolds: Tx keeps its transaction, and with it the
+// fence, while fn runs, whatever happens to the caller's context.
+func TestPgfenceTxCancelHolds(t *testing.T) {
+	f := openPgfence(t, openPgxPool(t, sqltest.PostgresDSN(t), nil))
+	fencetest.CancelHolds(t, f, func(ctx context.Context, e epoch.Epoch, body func() error) error {
+		return f.Tx(ctx, "r", e, func(pgx.Tx) error { return body() })
 	})
 }

@@ -15,20 +15,40 @@
 //   - Do and Admit: a raise is committed on its own (durable, I5) before the
 //     write runs; the write then runs while a transaction holds the fence
 //     row's lock (FOR SHARE on PostgreSQL, the database's write lock on
-//     SQLite), so no newer epoch is admitted until it returns.
+//     SQLite), so no newer epoch is admitted until it returns. On SQLite a
+//     raise is refused (ErrNotDurable) on a connection below
+//     synchronous=FULL, whose commit would not be synced.
+//   - The context bounds the wait to get in (the lock, the check, the
+//     raise), never the hold: the transaction is begun under a context
+//     that the caller's cancellation does not reach (database/sql would
+//     roll it back, and release the lock, the moment the caller's context
+//     ended), and ends within 5 s once the write or fn has returned.
+//   - Do's transaction turns the session's idle_in_transaction_session_timeout
+//     off and commits after the write: if that commit fails (the session,
+//     and the lock, may have gone while the write ran), Do returns an error
+//     matching storageguard.ErrFenceLost, never the write's nil.
 //   - Several processes may share the database: its locks make the check
 //     and the write one step for all of them. Same-epoch transactions run
-//     concurrently on PostgreSQL; SQLite has one writer per database.
+//     concurrently on PostgreSQL; SQLite has one writer per database, and
+//     the transactions of one Fence queue for it first come first served
+//     (SQLite's busy handler alone let a writer wait over 5 s behind 700
+//     newer ones; TestSQLiteTxFirstComeFirstServed).
 //   - Serialization failures, deadlocks and a busy SQLite database are
 //     retried a bounded number of times with backoff.
 //
 // # Non-guarantees
 //
-//   - Do's write is outside the transaction: it is as safe as the database
-//     session that holds the lock while it runs. To write to the same
-//     database, use Tx.
+//   - Do's write is outside the transaction: it is as strong as the
+//     database session that holds the lock while it runs. A session that
+//     ends under it (pg_terminate_backend, a server restart, a cut link)
+//     lets a newer epoch in beside the write; Do reports it
+//     (storageguard.ErrFenceLost) but cannot prevent or undo it. To write
+//     to the same database, use Tx: its writes roll back with the fence.
 //   - Tx's function may run more than once (retries): it must have no
 //     effects outside the transaction.
+//   - On SQLite, a Tx's function or a Do's write that calls Tx, Do or
+//     Admit on the same Fence waits for itself until its context ends.
+//     Writers in other processes still meet at SQLite's busy handler.
 //   - Writes that do not go through the fence (I7), such as another
 //     program's SQL on the same table, and reads.
 //   - Terms above 2^63-1 do not fit the BIGINT column and are refused.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
@@ -20,7 +21,11 @@ const (
 	// SQLite is SQLite 3.24 or later (for example modernc.org/sqlite, driver
 	// name "sqlite"). SQLite allows one writer per database, so every Tx and
 	// Do on it takes the database's write lock: same-epoch writers run one
-	// at a time. Open the database with a busy timeout (for modernc:
+	// at a time. The transactions of one Fence queue for that lock in the
+	// order they asked (SQLite's busy handler polls, and alone can keep a
+	// writer waiting for seconds while newer ones get through), so a Tx's
+	// fn or a Do's write must not call Tx, Do or Admit on the same Fence:
+	// it would wait for itself until its ctx ends. Open the database with a busy timeout (for modernc:
 	// "file.db?_pragma=busy_timeout(5000)"); an in-memory database must be
 	// shared by all connections of the pool.
 	SQLite Dialect = iota + 1
@@ -43,6 +48,11 @@ func (d Dialect) String() string {
 
 // ErrBadDialect is returned by Open for a Dialect it does not know.
 var ErrBadDialect = errors.New("sqlfence: unknown SQL dialect")
+
+// ErrNotDurable is returned for a raise on a SQLite connection whose
+// synchronous setting is below FULL: its commit would not be on stable
+// storage when the write runs (docs/DESIGN.md I5). Nothing is raised.
+var ErrNotDurable = errors.New("sqlfence: database commits are not durable")
 
 // maxAttempts bounds the retries of a transaction that failed with a
 // serialization failure, a deadlock or SQLITE_BUSY.
@@ -74,12 +84,22 @@ type Fence struct {
 	d      Dialect
 	closed atomic.Bool
 
-	qInsert, qLock, qSelectShared, qSelectUpdate, qSelectPlain, qUpdate, qCreate string
+	qInsert, qLock, qSelectShared, qSelectHold, qSelectUpdate, qSelectPlain, qUpdate, qCreate string
 
 	// SQLite only: the same-epoch path's two statements, prepared once.
 	// modernc.org/sqlite compiles every unprepared statement anew, which is
 	// most of the cost of the check; pgx caches its statements itself.
 	stLock, stSelect *sql.Stmt
+
+	// SQLite only: the turn to take the database's write lock, one
+	// transaction of this Fence at a time, first come first served (a
+	// channel's waiting senders are queued in order). SQLite's busy
+	// handler polls with sleeps that grow to 100 ms, so without a queue a
+	// writer that has waited long keeps losing the lock to newer ones:
+	// measured, one Tx among 14 writers waited over 5 s (overtaken by 700
+	// later ones) while the median took milliseconds. Writers of other
+	// processes still meet at the busy handler.
+	turn chan struct{}
 }
 
 var _ storageguard.Fence = (*Fence)(nil)
@@ -91,6 +111,9 @@ func Open(ctx context.Context, db *sql.DB, d Dialect) (*Fence, error) {
 		return nil, errors.New("sqlfence: Open: nil *sql.DB")
 	}
 	f := &Fence{db: db, d: d}
+	if d == SQLite {
+		f.turn = make(chan struct{}, 1)
+	}
 	const cols = "cluster, term, leader FROM termfence_fence WHERE resource = "
 	switch d {
 	case SQLite:
@@ -113,6 +136,11 @@ func Open(ctx context.Context, db *sql.DB, d Dialect) (*Fence, error) {
 		// with a serialization error, which is retried), where a lock taken
 		// in the transaction's first statement would come after its snapshot.
 		f.qSelectShared = f.qSelectPlain + " FOR SHARE"
+		// A Do's transaction idles while the write runs outside it: turn
+		// the session's idle-in-transaction timeout off for that
+		// transaction only (SET LOCAL), in the same statement, so that the
+		// server does not end the session, and the lock, under the write.
+		f.qSelectHold = "SELECT cluster, term, leader, CASE WHEN current_setting('idle_in_transaction_session_timeout') <> '0' THEN set_config('idle_in_transaction_session_timeout', '0', true) END FROM termfence_fence WHERE resource = $1 FOR SHARE"
 		f.qSelectUpdate = f.qSelectPlain + " FOR UPDATE"
 		f.qUpdate = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
 		f.qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BYTEA PRIMARY KEY, cluster TEXT NOT NULL, term BIGINT NOT NULL, leader TEXT NOT NULL)"
@@ -157,12 +185,53 @@ const (
 	exclusive
 )
 
+// endTimeout bounds the end (commit or rollback) of a transaction once the
+// fence is held: the caller's context no longer applies, and a link cut
+// mid-transaction must not hang the call for the kernel's TCP timeout.
+const endTimeout = 5 * time.Second
+
 // attempt runs one transaction: lock and read the fence row, decide, raise
 // if allowed, run fn, commit. On SQLite every attempt starts with a write
 // (the INSERT … DO NOTHING) so that it holds the database's write lock from
 // its first statement: the lock that makes an epoch change wait.
-func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode sqlMode, raiseInTx bool, fn func(*sql.Tx) error) (err error) {
-	tx, err := f.db.BeginTx(ctx, nil)
+//
+// ctx bounds getting in (the lock wait, the check, the raise), never the
+// hold: the transaction begins under a context that the caller's
+// cancellation does not reach, since database/sql rolls a transaction back
+// (releasing the lock) the moment its context ends, which would let a newer
+// epoch in while fn, or a Do's write, still runs. Once fn has run the
+// transaction ends within endTimeout. hold marks a Do's transaction: on
+// PostgreSQL it also turns the session's idle_in_transaction_session_timeout
+// off, since the session idles while the write runs outside it.
+func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mode sqlMode, raiseInTx, hold bool, fn func(*sql.Tx) error) (err error) {
+	// The transaction's context: never the caller's cancellation. Over a
+	// network (PostgreSQL) its end is bounded by endTimeout through a
+	// cancel of its own; SQLite's commit is local (bounded by its busy
+	// timeout), and a context that can end would cost a goroutine per
+	// transaction in database/sql.
+	txCtx, end := context.WithoutCancel(ctx), func() {}
+	if f.d == Postgres {
+		txCtx, end = context.WithCancel(txCtx)
+	}
+	defer end()
+	if f.turn != nil {
+		// Wait for this Fence's earlier transactions (ctx bounds the wait);
+		// the turn is given back after the commit or rollback (defers run
+		// in reverse order).
+		select {
+		case f.turn <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { <-f.turn }()
+	}
+	ending := func() func() bool {
+		if f.d != Postgres {
+			return func() bool { return true }
+		}
+		return time.AfterFunc(endTimeout, end).Stop
+	}
+	tx, err := f.db.BeginTx(txCtx, nil)
 	if err != nil {
 		return err
 	}
@@ -170,7 +239,9 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 	defer func() {
 		if !committed {
 			// Also on a panic in fn: never leave the row locked.
+			stop := ending()
 			tx.Rollback()
+			stop()
 		}
 	}()
 	key := []byte(resource)
@@ -178,8 +249,15 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 	case mode == exclusive || (f.d == SQLite && raiseInTx):
 		// The first epoch of a resource is always a raise (Decide on a zero
 		// highest): inserting it is that raise, committed with the rest.
-		if _, err := tx.ExecContext(ctx, f.qInsert, key, ep.Cluster, int64(ep.Term), ep.Leader); err != nil {
+		res, err := tx.ExecContext(ctx, f.qInsert, key, ep.Cluster, int64(ep.Term), ep.Leader)
+		if err != nil {
 			return err
+		}
+		if n, err := res.RowsAffected(); f.d == SQLite && (err != nil || n > 0) {
+			// A resource's first raise.
+			if err := f.checkDurable(ctx, tx); err != nil {
+				return err
+			}
 		}
 	case f.d == SQLite:
 		// Take the write lock without changing anything: a raise must not
@@ -189,18 +267,23 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 		}
 	}
 	var row *sql.Row
+	cols := 3
 	switch {
 	case f.d == SQLite:
 		// One SELECT for every mode: the write lock is already held.
 		row = tx.StmtContext(ctx, f.stSelect).QueryRowContext(ctx, key)
 	case mode == exclusive:
 		row = tx.QueryRowContext(ctx, f.qSelectUpdate, key)
+	case hold:
+		row, cols = tx.QueryRowContext(ctx, f.qSelectHold, key), 4
 	default:
 		row = tx.QueryRowContext(ctx, f.qSelectShared, key)
 	}
 	var h epoch.Epoch
 	var term int64
-	switch err := row.Scan(&h.Cluster, &term, &h.Leader); {
+	var setting *string
+	dst := []any{&h.Cluster, &term, &h.Leader, &setting}[:cols]
+	switch err := row.Scan(dst...); {
 	case errors.Is(err, sql.ErrNoRows):
 		h = epoch.Epoch{}
 	case err != nil:
@@ -221,6 +304,11 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 			// raisers doing so deadlock. Start over exclusively.
 			return txretry.ErrNeedRaise
 		}
+		if f.d == SQLite {
+			if err := f.checkDurable(ctx, tx); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.ExecContext(ctx, f.qUpdate, ep.Cluster, int64(ep.Term), ep.Leader, key); err != nil {
 			return err
 		}
@@ -234,13 +322,31 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 		}
 	}
 	committed = true
+	defer ending()()
 	return tx.Commit()
+}
+
+// checkDurable refuses a raise on a SQLite connection whose synchronous
+// setting would not make the commit durable: below FULL, a commit in WAL
+// mode is not synced (and below NORMAL nothing is), so a power loss could
+// take back a raise that writes were already admitted under (I5).
+func (f *Fence) checkDurable(ctx context.Context, tx *sql.Tx) error {
+	var level int
+	if err := tx.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&level); err != nil {
+		return fmt.Errorf("sqlfence: read SQLite synchronous setting: %w", err)
+	}
+	if level < 2 {
+		return fmt.Errorf("%w: SQLite synchronous is %d, a raise needs FULL (2) or EXTRA (3): open the database with _pragma=synchronous(FULL)", ErrNotDurable, level)
+	}
+	return nil
 }
 
 // run drives attempts (txretry.Run): exclusive when a raise is needed,
 // the raise committed alone first unless raiseInTx, serialization failures
-// retried with backoff.
-func (f *Fence) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInTx bool, fn func(*sql.Tx) error) error {
+// retried with backoff. hold: fn is a Do's write (txretry.Hold), run
+// outside the database while the transaction holds the fence; retry says
+// which errors are retried.
+func (f *Fence) run(ctx context.Context, resource string, ep epoch.Epoch, raiseInTx, hold bool, retry func(error) bool, fn func(*sql.Tx) error) error {
 	if f.closed.Load() {
 		return storageguard.ErrClosed
 	}
@@ -259,11 +365,11 @@ func (f *Fence) run(ctx context.Context, resource string, ep epoch.Epoch, raiseI
 			mode = exclusive
 		}
 		if !withFn {
-			return f.attempt(ctx, resource, ep, exclusive, false, nil)
+			return f.attempt(ctx, resource, ep, exclusive, false, false, nil)
 		}
-		return f.attempt(ctx, resource, ep, mode, raiseInTx, fn)
+		return f.attempt(ctx, resource, ep, mode, raiseInTx, hold, fn)
 	}
-	return txretry.Run(ctx, attempt, raiseInTx, retryable, maxAttempts, "sqlfence:")
+	return txretry.Run(ctx, attempt, raiseInTx, retry, maxAttempts, "sqlfence:")
 }
 
 // retry runs op, retrying transient failures.
@@ -308,32 +414,50 @@ func retryable(err error) bool {
 // is the database's default; READ COMMITTED (PostgreSQL's default) makes a
 // transaction waiting behind a raise see the raised row and be refused,
 // stricter levels fail it with a serialization error, which is retried.
+//
+// ctx bounds the wait to get in (the lock, the check, the raise), never the
+// hold: the transaction is not rolled back when ctx ends, so the fence is
+// held until fn returns and the commit is made. To cancel the transaction,
+// run fn's statements with ctx (tx.ExecContext(ctx, …)): they then fail
+// once ctx ends, fn returns their error, and everything rolls back.
 func (f *Fence) Tx(ctx context.Context, resource string, ep epoch.Epoch, fn func(*sql.Tx) error) error {
 	if fn == nil {
 		return errors.New("sqlfence: Tx: nil fn")
 	}
-	return f.run(ctx, resource, ep, true, fn)
+	return f.run(ctx, resource, ep, true, false, retryable, fn)
 }
 
 // Do implements storageguard.Fence.Do. A raise is committed in a
 // transaction of its own first, so it is durable before write runs; write
 // then runs while a second transaction holds the fence row's lock (FOR
 // SHARE on PostgreSQL, the database write lock on SQLite), so no newer
-// epoch is admitted until write returns. write gets ctx, not the transaction: to write to the same
-// database in the same transaction as the check, use Tx. write runs at most
-// once, and Do then returns write's error.
+// epoch is admitted until write returns. write gets ctx, not the
+// transaction: to write to the same database in the same transaction as the
+// check, use Tx. write runs at most once.
+//
+// ctx bounds the wait to get in, never the hold: once write runs, the
+// transaction lives until write returns whatever happens to ctx (write
+// sees ctx end and may stop early; the fence does not). On PostgreSQL the
+// transaction turns the session's idle_in_transaction_session_timeout off.
+//
+// Do is as strong as the database session that holds the lock: if the
+// session ends while write runs (pg_terminate_backend, a server restart, a
+// cut link), its lock goes with it and a newer epoch may be admitted beside
+// write. Do detects that when it commits the transaction after write and
+// returns an error matching storageguard.ErrFenceLost (with write's own
+// error, if any), never nil: write's outcome is then unknown. Otherwise Do
+// returns write's error.
 func (f *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
 	if write == nil {
 		return f.Admit(ctx, resource, ep)
 	}
-	return txretry.WriteOnce(ctx, write, func(body func(*sql.Tx) error) error {
-		return f.run(ctx, resource, ep, false, body)
-	})
+	h := txretry.NewHold[*sql.Tx](ctx, write)
+	return h.Result(f.run(ctx, resource, ep, false, true, h.Retryable(retryable), h.Body))
 }
 
 // Admit implements storageguard.Fence.Admit.
 func (f *Fence) Admit(ctx context.Context, resource string, ep epoch.Epoch) error {
-	return f.run(ctx, resource, ep, false, nil)
+	return f.run(ctx, resource, ep, false, false, retryable, nil)
 }
 
 // Check implements storageguard.Fence.Check.

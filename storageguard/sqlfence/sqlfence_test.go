@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
@@ -159,4 +161,69 @@ func TestSQLiteMultiProcess(t *testing.T) {
 func TestSQLiteCrashDurability(t *testing.T) {
 	t.Parallel()
 	fencetest.CrashDurability(t, durable)
+}
+
+// TestPostgresSessionKilledUnderDo: the session holding a Do's lock is
+// terminated mid-write; Do reports storageguard.ErrFenceLost.
+func TestPostgresSessionKilledUnderDo(t *testing.T) {
+	dsn := sqltest.PostgresDSN(t)
+	app := "fence-" + t.Name()
+	f := open(t, sqltest.OpenPostgres(t, sqltest.WithParams(t, dsn, "application_name", app)), sqlfence.Postgres)
+	sqltest.FenceLost(t, f, func(ctx context.Context) (int, error) { return sqltest.Terminate(ctx, dsn, app) })
+}
+
+// TestPostgresIdleTimeoutUnderDo: a server-side
+// idle_in_transaction_session_timeout shorter than the write does not end
+// the session that holds a Do's lock.
+func TestPostgresIdleTimeoutUnderDo(t *testing.T) {
+	dsn := sqltest.WithParams(t, sqltest.PostgresDSN(t), "idle_in_transaction_session_timeout", "100")
+	sqltest.IdleTimeoutHolds(t, open(t, sqltest.OpenPostgres(t, dsn), sqlfence.Postgres), 100*time.Millisecond)
+}
+
+// TestSQLiteTxCancelHolds and TestPostgresTxCancelHolds: Tx keeps its
+// transaction, and with it the fence, while fn runs, whatever happens to
+// the caller's context.
+func TestSQLiteTxCancelHolds(t *testing.T) {
+	f := open(t, sqltest.OpenSQLite(t, filepath.Join(t.TempDir(), "fence.db")), sqlfence.SQLite)
+	fencetest.CancelHolds(t, f, func(ctx context.Context, e epoch.Epoch, body func() error) error {
+		return f.Tx(ctx, "r", e, func(*sql.Tx) error { return body() })
+	})
+}
+
+func TestPostgresTxCancelHolds(t *testing.T) {
+	f := open(t, sqltest.OpenPostgres(t, sqltest.PostgresDSN(t)), sqlfence.Postgres)
+	fencetest.CancelHolds(t, f, func(ctx context.Context, e epoch.Epoch, body func() error) error {
+		return f.Tx(ctx, "r", e, func(*sql.Tx) error { return body() })
+	})
+}
+
+// TestSQLiteStableBeforeUse: every raise is committed to stable storage
+// (the WAL fsynced, the new files' directory entries too) before the write
+// runs or Admit returns, on the child's real system calls. The -shm file
+// is SQLite's shared-memory index, rebuilt from the WAL after a crash.
+func TestSQLiteStableBeforeUse(t *testing.T) {
+	fencetest.StableBeforeUse(t, durable, func(path string) bool { return strings.HasSuffix(path, "-shm") })
+}
+
+// TestSQLiteNotDurableRefused: on a connection whose commits are not
+// synced (synchronous below FULL) a raise is refused, not acknowledged.
+func TestSQLiteNotDurableRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	f := open(t, db, sqlfence.SQLite)
+	ctx := context.Background()
+	if err := f.Admit(ctx, "r", ep(3, "a")); !errors.Is(err, sqlfence.ErrNotDurable) {
+		t.Fatalf("raise on synchronous=NORMAL = %v, want ErrNotDurable", err)
+	}
+	err = f.Tx(ctx, "r", ep(3, "a"), func(*sql.Tx) error { return nil })
+	if !errors.Is(err, sqlfence.ErrNotDurable) {
+		t.Fatalf("Tx raise on synchronous=NORMAL = %v, want ErrNotDurable", err)
+	}
+	if h, err := f.Highest(ctx, "r"); err != nil || !h.IsZero() {
+		t.Fatalf("Highest = %v, %v after refused raises", h, err)
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/termfence/termfence/storageguard"
 )
 
 // ErrNeedRaise is returned by a shared attempt that found the presented
@@ -61,26 +63,69 @@ func Run(ctx context.Context, attempt Attempt, raiseInTx bool, retryable func(er
 	}
 }
 
-// WriteOnce runs a fence's Do: run drives the transactions (retrying them
-// as it must), and the body it is given calls write in the first attempt
-// only. Once write has run under the fence row's lock its error is the
-// result, even if ending the transaction failed afterwards, and a retried
-// attempt does not run it again.
-func WriteOnce[Tx any](ctx context.Context, write func(context.Context) error, run func(body func(Tx) error) error) error {
-	ran := false
-	var werr error
-	err := run(func(Tx) error {
-		if ran {
-			return nil
-		}
-		ran = true
-		werr = write(ctx)
-		return werr
-	})
-	if ran {
-		return werr
+// Hold runs a fence's Do: write runs at most once, inside the transaction
+// that holds the fence row's lock, and the transaction then commits even
+// when write failed. The fence transaction of a Do writes nothing (a raise
+// was committed on its own before), so committing it only ends it; but a
+// commit that succeeds proves that the database session, and with it the
+// lock, lasted until write had returned. A commit that fails (the session
+// was terminated, timed out, or lost its link while write ran) means a
+// newer epoch may have been admitted beside write: Result then returns an
+// error matching storageguard.ErrFenceLost, never write's nil.
+type Hold[Tx any] struct {
+	ctx   context.Context
+	write func(context.Context) error
+	ran   bool
+	werr  error
+}
+
+// NewHold returns the hold of one Do call: write gets ctx.
+func NewHold[Tx any](ctx context.Context, write func(context.Context) error) *Hold[Tx] {
+	return &Hold[Tx]{ctx: ctx, write: write}
+}
+
+// errRanAlready is returned by a Body called again after write ran; Run
+// never does that (Retryable stops it), this is a defence.
+var errRanAlready = errors.New("txretry: the write already ran")
+
+// Body is the function the fence runs in its transaction: write in the
+// first attempt that gets there, then nil so that the transaction commits.
+func (h *Hold[Tx]) Body(Tx) error {
+	if h.ran {
+		return errRanAlready
 	}
-	return err
+	h.ran = true
+	h.werr = h.write(h.ctx)
+	return nil
+}
+
+// Ran reports whether write has run.
+func (h *Hold[Tx]) Ran() bool { return h.ran }
+
+// Retryable wraps a fence's retryable: once write has run nothing is
+// retried, since a failure after it is the end of the transaction that
+// held the fence, and its error is what Result must see.
+func (h *Hold[Tx]) Retryable(retryable func(error) bool) func(error) bool {
+	return func(err error) bool { return !h.ran && retryable(err) }
+}
+
+// Result is Do's result given err, what the fence's Run returned: err if
+// write never ran (a refusal, or a failure to get in); write's own result
+// if the transaction that held the fence committed; otherwise an error
+// matching storageguard.ErrFenceLost that wraps the commit's failure and
+// write's error, if any.
+func (h *Hold[Tx]) Result(err error) error {
+	if !h.ran {
+		return err
+	}
+	if err == nil {
+		return h.werr
+	}
+	lost := fmt.Errorf("%w: the transaction holding the fence did not commit after the write: %w", storageguard.ErrFenceLost, err)
+	if h.werr != nil {
+		return errors.Join(h.werr, lost)
+	}
+	return lost
 }
 
 // Retry runs op until it succeeds, fails with an error retryable does not

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/termfence/termfence/storageguard"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -88,41 +90,61 @@ func TestRetryAndBackoffStopOnCancel(t *testing.T) {
 	}
 }
 
-// TestWriteOnce: write runs in the first attempt only, however often run
-// retries the body; once it ran, its result is Do's even when ending the
-// transaction failed; if it never ran, run's error is the result.
-func TestWriteOnce(t *testing.T) {
+// TestHold: write runs in the first attempt only and the transaction then
+// commits; if that commit fails (the session that held the fence is gone)
+// the result matches storageguard.ErrFenceLost and never is write's nil;
+// nothing is retried once write ran; if write never ran, run's error is
+// the result.
+func TestHold(t *testing.T) {
 	ctx := context.Background()
 	errWrite, errCommit := errors.New("write"), errors.New("commit")
 	for _, c := range []struct {
-		name     string
-		writeErr error
-		attempts int   // how many times run calls the body
-		runErr   error // what run returns afterwards
-		want     error
-		wantRuns int
+		name      string
+		writeErr  error
+		attempts  int   // how many times run calls the body
+		runErr    error // what run returns afterwards (the commit's error)
+		want      []error
+		wantLost  bool
+		wantRuns  int
+		wantRetry bool // Retryable(always) after the attempts
 	}{
-		{"once", nil, 1, nil, nil, 1},
-		{"retried after write", nil, 3, nil, nil, 1},
-		{"commit failed after write", nil, 1, errCommit, nil, 1},
-		{"write failed", errWrite, 2, errWrite, errWrite, 1},
-		{"write failed, run reports another error", errWrite, 1, errCommit, errWrite, 1},
-		{"never reached write", nil, 0, errCommit, errCommit, 0},
+		{"once", nil, 1, nil, nil, false, 1, false},
+		{"commit failed after write", nil, 1, errCommit, []error{errCommit}, true, 1, false},
+		{"write failed, committed", errWrite, 1, nil, []error{errWrite}, false, 1, false},
+		{"write failed, commit failed", errWrite, 1, errCommit, []error{errWrite, errCommit}, true, 1, false},
+		{"called again", nil, 2, nil, nil, false, 1, false},
+		{"never reached write", nil, 0, errCommit, []error{errCommit}, false, 0, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			runs := 0
-			write := func(context.Context) error { runs++; return c.writeErr }
-			err := WriteOnce(ctx, write, func(body func(int) error) error {
-				for range c.attempts {
-					_ = body(0)
+			h := NewHold[int](ctx, func(context.Context) error { runs++; return c.writeErr })
+			var bodyErrs []error
+			for range c.attempts {
+				bodyErrs = append(bodyErrs, h.Body(0))
+			}
+			if len(bodyErrs) > 0 && bodyErrs[0] != nil {
+				t.Fatalf("first Body = %v, want nil (commit)", bodyErrs[0])
+			}
+			if len(bodyErrs) > 1 && bodyErrs[1] == nil {
+				t.Fatal("Body ran the write again")
+			}
+			err := h.Result(c.runErr)
+			if c.want == nil && err != nil {
+				t.Fatalf("error %v, want nil", err)
+			}
+			for _, w := range c.want {
+				if !errors.Is(err, w) {
+					t.Fatalf("error %v does not match %v", err, w)
 				}
-				return c.runErr
-			})
-			if !errors.Is(err, c.want) || (c.want == nil && err != nil) {
-				t.Fatalf("error %v, want %v", err, c.want)
+			}
+			if got := errors.Is(err, storageguard.ErrFenceLost); got != c.wantLost {
+				t.Fatalf("error %v: matches ErrFenceLost %v, want %v", err, got, c.wantLost)
 			}
 			if runs != c.wantRuns {
 				t.Fatalf("write ran %d times, want %d", runs, c.wantRuns)
+			}
+			if got := h.Retryable(func(error) bool { return true })(errCommit); got != c.wantRetry {
+				t.Fatalf("Retryable after the attempts = %v, want %v", got, c.wantRetry)
 			}
 		})
 	}

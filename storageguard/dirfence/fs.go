@@ -1,0 +1,115 @@
+//go:build unix && !aix
+
+package dirfence
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotRegular is returned when an entry the fence opens in its directory
+// is not a regular file: a symbolic link (which the fence never follows,
+// so that one planted in the directory cannot make it create or write a
+// file elsewhere), a FIFO, a device or a directory. Nothing is created or
+// written through it.
+var ErrNotRegular = errors.New("dirfence: fence directory entry is not a regular file")
+
+// syncKind says what a sync is for.
+type syncKind int
+
+const (
+	syncData syncKind = iota // a fence file's data (fdatasync)
+	syncFile                 // a new file, data and metadata (fsync)
+	syncDir                  // the directory's entries (fsync)
+)
+
+// openAt opens name in the fence directory, relative to the directory the
+// fence opened (never through a path that could be swapped), never
+// following a symbolic link, and refuses anything but a regular file.
+// perm is used when flag creates the file.
+func (d *Fence) openAt(name string, flag int, perm os.FileMode) (*os.File, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Openat(int(d.dirFile.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, uint32(perm.Perm()))
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		if err == unix.ELOOP || err == unix.EMLINK { // EMLINK: FreeBSD's O_NOFOLLOW on a link
+			if st, serr := d.lstatAt(name); serr == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				return nil, fmt.Errorf("%w: %s is a symbolic link", ErrNotRegular, filepath.Join(d.dir, name))
+			}
+		}
+		return nil, &os.PathError{Op: "openat", Path: filepath.Join(d.dir, name), Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "fstat", Path: filepath.Join(d.dir, name), Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: %s has mode %#o", ErrNotRegular, filepath.Join(d.dir, name), st.Mode)
+	}
+	// Back to blocking: O_NONBLOCK only kept a planted FIFO from hanging
+	// the open.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "fcntl", Path: filepath.Join(d.dir, name), Err: err}
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(d.dir, name)), nil
+}
+
+// lstatAt stats name in the fence directory without following a link.
+func (d *Fence) lstatAt(name string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(int(d.dirFile.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return st, err
+}
+
+// renameAt renames from to to within the fence directory.
+func (d *Fence) renameAt(from, to string) error {
+	dfd := int(d.dirFile.Fd())
+	if err := unix.Renameat(dfd, from, dfd, to); err != nil {
+		return &os.LinkError{Op: "renameat", Old: filepath.Join(d.dir, from), New: filepath.Join(d.dir, to), Err: err}
+	}
+	return nil
+}
+
+// unlinkAt removes name from the fence directory.
+func (d *Fence) unlinkAt(name string) error {
+	if err := unix.Unlinkat(int(d.dirFile.Fd()), name, 0); err != nil {
+		return &os.PathError{Op: "unlinkat", Path: filepath.Join(d.dir, name), Err: err}
+	}
+	return nil
+}
+
+// sync makes f durable as kind says. Every sync of the fence goes through
+// here, so that tests can count them, or fail one (syncHook).
+func (d *Fence) sync(f *os.File, kind syncKind) error {
+	if d.syncHook != nil {
+		if err := d.syncHook(f, kind); err != nil {
+			return err
+		}
+	}
+	if kind == syncData {
+		return datasync(f)
+	}
+	return f.Sync()
+}
+
+// syncPath fsyncs the directory at path.
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}

@@ -1,0 +1,241 @@
+package httpfence_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard/httpfence"
+)
+
+// slowClient is one of the two ways an older epoch's client can hold its
+// admission at the proxy: trickle its body, or not read the response.
+type slowClient int
+
+const (
+	trickler  slowClient = iota // sends a 60-byte body one byte per 200 ms
+	nonReader                   // asks for 64 MiB and never reads it
+)
+
+func (s slowClient) String() string { return [...]string{"trickled body", "non-reading client"}[s] }
+
+// slowRun is the outcome of one slow-client scenario.
+type slowRun struct {
+	// sinceOld is the time from the older request's hold at the fence (the
+	// fence runs its write) to the newer epoch's response.
+	sinceOld time.Duration
+	// cutBeforeNewer: the proxy had counted the older request as cut off
+	// when the newer one reached the backend.
+	cutBeforeNewer bool
+	newStatus      int
+}
+
+// runSlowClient admits an epoch-33 request from a slow client of kind s
+// through a proxy with the given timeout, then sends an epoch-34 request
+// and waits for its answer.
+func runSlowClient(t testing.TB, s slowClient, std bool, timeout time.Duration) slowRun {
+	stats := new(httpfence.ProxyStats)
+	oldIn := make(chan time.Time, 1)
+	var cutSeen atomic.Bool
+	var held sync.Once
+	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("X-Req") {
+		case "old":
+			if s == trickler {
+				io.Copy(io.Discard, r.Body) // fails when the proxy cuts the request
+				return
+			}
+			w.Header().Set("Content-Length", fmt.Sprint(64<<20))
+			chunk := []byte(strings.Repeat("o", 64<<10))
+			for range 1024 {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+		case "new":
+			cutSeen.Store(stats.TimedOut() > 0)
+			io.WriteString(w, "new")
+		}
+	})
+	var cfg httpfence.ProxyConfig
+	if tb, ok := t.(*testing.T); ok {
+		cfg = pxConfig(tb, std, httpfence.ProxyConfig{})
+	}
+	cfg.Timeout, cfg.Stats = timeout, stats
+	e := newPxEnvOver(t, nil, backend, cfg)
+	// The older epoch admitted and held (its admission alone is not
+	// enough: a newer raise may get in between the older one's raise and
+	// its hold, and the older request is then refused as stale, not held).
+	e.spy.OnHold = func(ep epoch.Epoch) {
+		if ep.Term == 33 {
+			held.Do(func() { oldIn <- time.Now() })
+		}
+	}
+	conn, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if s == nonReader {
+		// The smallest receive buffer the kernel allows: the client stops
+		// taking data at once.
+		conn.(*net.TCPConn).SetReadBuffer(1)
+	}
+	body := ""
+	if s == trickler {
+		body = "Content-Length: 60\r\n"
+	} else {
+		body = "Content-Length: 0\r\n"
+	}
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nX-Req: old\r\n%s: %s\r\n%s\r\n", "Fencing-Token", e.token(t, 33, "node-a")[0], body)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	if s == trickler {
+		// The injected fault: one byte every 200 ms, 12 s in all.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(200 * time.Millisecond)
+			defer tick.Stop()
+			for range 60 {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				if _, err := conn.Write([]byte("x")); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	var admitted time.Time
+	select {
+	case admitted = <-oldIn:
+	case <-time.After(waitLimit):
+		t.Fatal("the older request was never held at the fence")
+	}
+	r := e.send("POST", "/", e.token(t, 34, "node-b"), "X-Req", "new")
+	return slowRun{sinceOld: time.Since(admitted), cutBeforeNewer: cutSeen.Load(), newStatus: r.status}
+}
+
+// TestProxySlowClientIsCut: an older epoch's client that trickles its body,
+// or does not read a large response, is cut off at ProxyConfig.Timeout; the
+// cut is counted before the newer epoch's request reaches the backend, and
+// the newer epoch is delayed by about the timeout, not by the slow client.
+// (The delay is measured by BenchmarkProxySlowClient; the bound here is ten
+// times the target, which no load makes a correct proxy miss, while the old
+// proxy held the trickled request for 12 s and the non-reader for good.)
+func TestProxySlowClientIsCut(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	for _, s := range []slowClient{trickler, nonReader} {
+		t.Run(s.String(), func(t *testing.T) {
+			eachTransport(t, func(t *testing.T, std bool) {
+				run := runSlowClient(t, s, std, timeout)
+				if run.newStatus != 200 {
+					t.Fatalf("the newer epoch's request: status %d", run.newStatus)
+				}
+				if limit := 10 * (timeout + 200*time.Millisecond); run.sinceOld > limit {
+					t.Fatalf("the newer epoch was answered %v after the older request was admitted, more than %v: the slow client held the resource", run.sinceOld, limit)
+				}
+				if !run.cutBeforeNewer {
+					t.Fatal("the newer epoch reached the backend before the proxy counted the older request as cut off")
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkProxySlowClient measures, with ProxyConfig.Timeout 1 s, how long
+// after an older epoch's slow client was admitted a newer epoch's request
+// is answered: "ms-past-timeout" is that time minus the timeout (target:
+// at most 200). Each iteration takes about a second; run it with
+// -benchtime=5x.
+func BenchmarkProxySlowClient(b *testing.B) {
+	for _, s := range []slowClient{trickler, nonReader} {
+		b.Run(strings.ReplaceAll(s.String(), " ", "-"), func(b *testing.B) {
+			var worst, sum time.Duration
+			for i := 0; i < b.N; i++ {
+				run := runSlowClient(b, s, false, time.Second)
+				if run.newStatus != 200 || !run.cutBeforeNewer {
+					b.Fatalf("run %d: %+v", i, run)
+				}
+				past := run.sinceOld - time.Second
+				sum += past
+				worst = max(worst, past)
+			}
+			b.ReportMetric(float64(sum.Milliseconds())/float64(b.N), "ms-past-timeout")
+			b.ReportMetric(float64(worst.Milliseconds()), "worst-ms-past-timeout")
+		})
+	}
+}
+
+// TestProxyUpgradeIsBounded: an older epoch's upgraded connection (a
+// WebSocket, say) holds its admission only until ProxyConfig.Timeout: then
+// the proxy closes it, counts the cut, and the newer epoch's request gets
+// through. The client keeps its side open and silent, as a stalled peer
+// would; the backend echoes and never closes. (The upgraded connection is
+// closed by httputil.ReverseProxy when the exchange's context reaches its
+// deadline; the client-connection deadlines are not what bounds it.)
+func TestProxyUpgradeIsBounded(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	stats := new(httpfence.ProxyStats)
+	var cutSeen atomic.Bool
+	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			cutSeen.Store(stats.TimedOut() > 0)
+			io.WriteString(w, "new")
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		io.Copy(conn, brw) // echo until the proxy closes the connection
+	})
+	e := newPxEnvOver(t, nil, backend, httpfence.ProxyConfig{Timeout: timeout, Stats: stats})
+	conn, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(waitLimit))
+	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n%s: %s\r\n\r\n", epoch.Header, e.token(t, 33, "node-a")[0])
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: status %d", resp.StatusCode)
+	}
+	io.WriteString(conn, "hello\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "hello\n" {
+		t.Fatalf("upgraded connection: %q %v", line, err)
+	}
+	// The newer epoch waits for the upgraded connection's hold: it must get
+	// through once the timeout cut it, not when the client lets go (never).
+	r := e.send("POST", "/", e.token(t, 34, "node-b"))
+	if r.status != 200 {
+		t.Fatalf("the newer epoch's request: status %d", r.status)
+	}
+	if !cutSeen.Load() {
+		t.Fatal("the newer epoch reached the backend before the proxy counted the upgraded connection as cut off")
+	}
+	// And the older client's connection is closed.
+	if _, err := br.ReadString('\n'); err == nil {
+		t.Fatal("the upgraded connection is still open after the timeout")
+	}
+}
