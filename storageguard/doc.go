@@ -17,6 +17,9 @@
 //   - storageguard/sqlfence: a table in SQLite or PostgreSQL through
 //     database/sql, with the check inside the application's transaction;
 //   - storageguard/pgfence: the same PostgreSQL table through pgx;
+//   - storageguard/pgtrigger: the check inside PostgreSQL, a trigger that
+//     guards a table against every client (psql, batch jobs, other
+//     languages) with pgfence's table and lock protocol;
 //   - storageguard/httpfence: a fencing HTTP proxy and middleware;
 //   - storageguard/fencetest: the conformance suite every fence passes.
 //
@@ -47,7 +50,9 @@
 // # Non-guarantees
 //
 //   - Every write path must go through the fence (I7): a batch job or an
-//     operator that writes the resource directly is unfenced.
+//     operator that writes the resource directly is unfenced — except a
+//     PostgreSQL table guarded by storageguard/pgtrigger, where the
+//     database itself refuses them.
 //   - Reads are not fenced by default. Check refuses a stale epoch without
 //     raising, but a read that passed Check can be stale by the time it is
 //     used.

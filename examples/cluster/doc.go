@@ -32,9 +32,16 @@
 //     verified (signature, form, cluster) before the fence sees it, and the
 //     fence's check and raise happen in the same step as the record write
 //     (one SQLite transaction with sqlfence's Tx; inside boltfence's Do
-//     with httpfence.Middleware). Once it has accepted epoch E for a
-//     resource it refuses every older epoch for it, across restarts and
-//     crashes.
+//     with httpfence.Middleware; with -backend postgres-trigger, in the
+//     database, by storageguard/pgtrigger's trigger on the records table,
+//     which the store's transactions present the token to). Once it has
+//     accepted epoch E for a resource it refuses every older epoch for it,
+//     across restarts and crashes.
+//   - With -backend postgres-trigger every write to the records table is
+//     checked by PostgreSQL, whoever makes it (a batch job, psql, another
+//     service), against one high-water mark for the whole table
+//     (-scenario every-write-path), as long as it writes with a role that
+//     is no superuser and owns none of the tables.
 //   - With -tls-cert/-tls-key/-tls-ca, Raft and the node's HTTP API accept
 //     only peers and clients with a certificate from the cluster's CA; on
 //     the Raft port the certificate must also name the server ID the peer
@@ -53,6 +60,8 @@
 //     one last write with its old token when it learns its epoch is gone (as
 //     a paused process would). Only the store's fence makes that harmless;
 //     with -unfenced it is not.
+//   - Writes with -backend sqlite or bolt are fenced only through the
+//     store's API: anything writing the file directly goes around the fence.
 //   - Reads are not fenced. The store speaks plain HTTP. Without -token-key
 //     tokens are unsigned and anyone who reaches the store can forge an
 //     epoch (a warning is logged).

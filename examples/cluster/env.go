@@ -30,6 +30,7 @@ type env struct {
 	tl     *timeline
 	dir    string
 	codec  epoch.Codec
+	key    []byte // the HMAC key codec holds
 	log    *slog.Logger
 	logOut io.Writer
 	hlog   *slog.Logger
@@ -82,6 +83,10 @@ func newEnv(o options, stdout, stderr io.Writer) (*env, error) {
 		e.close()
 		return nil, err
 	}
+	if e.key, err = readKey(keyFile); err != nil {
+		e.close()
+		return nil, err
+	}
 	if e.codec, err = loadCodec(keyFile, e.log); err != nil {
 		e.close()
 		return nil, err
@@ -114,10 +119,21 @@ func (e *env) addStore(ctx context.Context, name, backend string, unfenced bool)
 // addStoreOn serves a store on ln (which it closes when the store stops)
 // and talks to it with hc.
 func (e *env) addStoreOn(ctx context.Context, name, backend string, unfenced bool, ln net.Listener, hc *http.Client) (*storeHandle, error) {
-	st, err := openStore(ctx, storeConfig{
+	cfg := storeConfig{
 		Backend: backend, Data: filepath.Join(e.dir, name+".db"), Cluster: "demo",
 		Unfenced: unfenced, Verifier: e.codec, Log: e.log,
-	})
+	}
+	if backend == "postgres-trigger" {
+		// A schema of its own, dropped at the end, so that runs sharing a
+		// database do not meet.
+		dsn, err := e.dsn()
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		cfg.Data, cfg.TokenKey, cfg.PGSchema, cfg.PGDropSchema, cfg.PGAPIOnly = dsn, e.key, pgSchemaName(), true, e.opts.apiOnly
+	}
+	st, err := openStore(ctx, cfg)
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -144,6 +160,20 @@ func (e *env) addStoreOn(ctx context.Context, name, backend string, unfenced boo
 	e.stores = append(e.stores, h)
 	e.tl.addResource(name)
 	return h, nil
+}
+
+// dsnEnv is the environment variable -dsn defaults to.
+const dsnEnv = "TERMFENCE_POSTGRES_DSN"
+
+// dsn is the PostgreSQL DSN of the run: -dsn, else $TERMFENCE_POSTGRES_DSN.
+func (e *env) dsn() (string, error) {
+	if e.opts.dsn != "" {
+		return e.opts.dsn, nil
+	}
+	if d := os.Getenv(dsnEnv); d != "" {
+		return d, nil
+	}
+	return "", failf("this run needs PostgreSQL: give -dsn or set %s", dsnEnv)
 }
 
 // startNodes starts three Raft nodes on loopback TCP, each behind a Faulty

@@ -24,16 +24,24 @@ func loadCodec(keyFile string, log *slog.Logger) (epoch.Codec, error) {
 		log.Warn("no -token-key: tokens are NOT signed, so any client can forge an epoch; use a shared key file outside tests")
 		return epoch.Plain(), nil
 	}
-	raw, err := os.ReadFile(keyFile)
+	key, err := readKey(keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("token key: %w", err)
+		return nil, err
 	}
-	key := bytes.TrimSpace(raw)
 	c, err := epoch.NewHMAC(key)
 	if err != nil {
 		return nil, fmt.Errorf("token key %s: %w", keyFile, err)
 	}
 	return c, nil
+}
+
+// readKey returns the key in keyFile, as loadCodec uses it.
+func readKey(keyFile string) ([]byte, error) {
+	raw, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("token key: %w", err)
+	}
+	return bytes.TrimSpace(raw), nil
 }
 
 // newKey returns a fresh random HMAC key, hex-encoded as a key file holds it.

@@ -23,7 +23,8 @@ type scenarioDef struct {
 	essay string // the essay's section this case comes from
 	about string // one line: what the run shows
 	// flags lists the variant flags this scenario accepts besides the
-	// common ones (-heartbeat, -v, -svg): unfenced, volatile, tx, backend.
+	// common ones (-heartbeat, -v, -svg, -dsn): unfenced, volatile, tx,
+	// backend, api-only.
 	flags []string
 	run   func(ctx context.Context, e *env) (*summary, error)
 }
@@ -40,6 +41,7 @@ var scenarios = []scenarioDef{
 	{"efficiency", "Try it 4 / efficiency vs correctness", "a job guarded by an efficiency lock runs twice: a duplicate, not corruption — no fence needed", nil, runEfficiency},
 	{"lab", "The idea on three machines (-lab)", "node processes on hosts of their own (Linux network namespaces; root): a leader paused by SIGSTOP, then one partitioned by the kernel; both late writes refused", []string{"unfenced"}, runLab},
 	{"gc-pause", "The idea in one minute (a real pause)", "a node process is SIGSTOPped while it leads, a new leader is elected, SIGCONT: its late write is refused", []string{"unfenced"}, runGCPause},
+	{"every-write-path", "Where it breaks: every write path must check", "PostgreSQL guards the table (pgtrigger): A's batch job writing around the store's API is refused by the database (-api-only: it lands, B's update is lost)", []string{"api-only"}, runEveryWritePath},
 }
 
 // findScenario returns the row named name.
@@ -71,6 +73,8 @@ type options struct {
 	volatile bool
 	tx       bool
 	backend  string
+	apiOnly  bool
+	dsn      string
 	hb       time.Duration
 	verbose  bool
 	svg      string
@@ -112,7 +116,7 @@ func demoMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var misused []string
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "unfenced", "volatile", "tx", "backend":
+		case "unfenced", "volatile", "tx", "backend", "api-only":
 			if !slices.Contains(def.flags, f.Name) {
 				misused = append(misused, "-"+f.Name)
 			}
@@ -179,7 +183,9 @@ func demoFlags(fs *flag.FlagSet, o *options) {
 	fs.BoolVar(&o.unfenced, "unfenced", false, "run the store without the epoch check (paused, gc-pause)")
 	fs.BoolVar(&o.volatile, "volatile", false, "keep Raft's log and term in memory, not raft-boltdb (restart)")
 	fs.BoolVar(&o.tx, "tx", false, "make the two-step write one sqlfence transaction (half-done)")
-	fs.StringVar(&o.backend, "backend", "sqlite", "the store's storage: sqlite or bolt (paused)")
+	fs.StringVar(&o.backend, "backend", "sqlite", "the store's storage: sqlite, bolt or postgres-trigger (needs -dsn) (paused)")
+	fs.BoolVar(&o.apiOnly, "api-only", false, "fence only the store's API (pgfence.Tx), not the table: the batch job writes around it (every-write-path)")
+	fs.StringVar(&o.dsn, "dsn", "", "PostgreSQL DSN for -backend postgres-trigger and every-write-path (default: $"+dsnEnv+")")
 	fs.DurationVar(&o.hb, "heartbeat", 250*time.Millisecond, "Raft heartbeat and election timeout; the leader lease is half of it")
 	fs.BoolVar(&o.verbose, "v", false, "log Raft and the store to stderr")
 	fs.StringVar(&o.svg, "svg", "", "draw the run's timeline into this SVG file")

@@ -156,6 +156,13 @@ func TestScenarios(t *testing.T) {
 					t.Errorf("the SIGSTOP (%s) did not outlast the lease (%s)", m["pause"], m["lease"])
 				}
 			}},
+		// PostgreSQL (skipped without TERMFENCE_POSTGRES_DSN).
+		{"every-write-path", []string{"-scenario", "every-write-path"}, want{"guarded": "true", "api_refused": "1", "batch_current_accepted": "1", "batch_stale_landed": "0", "batch_refused": "2", "batch_codes": "TF001,TF006", "lost": "0", "data": "[v0,B]", "ok": "true"},
+			func(t *testing.T, m map[string]string, out string) {
+				checkAB("REFUSED by the database (SQLSTATE TF006: termfence: stale epoch for \"cluster_records\": presented "+m["epochA"]+", highest "+m["epochB"])(t, m, out)
+			}},
+		{"every-write-path-api-only", []string{"-scenario", "every-write-path", "-api-only"}, want{"guarded": "false", "api_refused": "1", "batch_current_accepted": "1", "batch_stale_landed": "2", "batch_refused": "0", "batch_codes": "none", "lost": "1", "data": "[v0,A,batch]", "ok": "false"}, checkAB("the API was fenced, the batch job was not")},
+		{"paused-postgres-trigger", []string{"-scenario", "paused", "-backend", "postgres-trigger"}, want{"fenced": "true", "refused": "1", "lost": "0", "data": "[v0,B]", "ok": "true"}, checkAB("(SQLSTATE TF006)")},
 		// The lab scenario (needs root: skipped otherwise); the fenced run
 		// is TestLabCommand's, through -lab.
 		{"lab-unfenced", []string{"-scenario", "lab", "-unfenced"}, want{"fenced": "false", "refused_paused": "0", "refused_partitioned": "0", "lost": "2", "ok": "false"},
@@ -178,6 +185,9 @@ func TestScenarios(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			if slices.Contains(c.args, "every-write-path") || slices.Contains(c.args, "postgres-trigger") {
+				needPostgres(t)
+			}
 			if c.args[1] == "lab" {
 				netlabtest.Require(t)
 			}
@@ -307,12 +317,12 @@ func TestScenarioList(t *testing.T) {
 	if len(lines) != len(scenarios) {
 		t.Errorf("-scenario list printed %d lines for %d scenarios:\n%s", len(lines), len(scenarios), strings.Join(lines, "\n"))
 	}
-	for _, want := range []string{"paused", "short-pause", "audit-log", "restart", "two-resources", "half-done", "stale-read", "efficiency", "gc-pause", "lab"} {
+	for _, want := range []string{"paused", "short-pause", "audit-log", "restart", "two-resources", "half-done", "stale-read", "efficiency", "gc-pause", "lab", "every-write-path"} {
 		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want+" ") }) {
 			t.Errorf("-scenario list lacks %s:\n%s", want, strings.Join(lines, "\n"))
 		}
 	}
-	for _, args := range [][]string{{"-scenario", "nope"}, {"-scenario", "audit-log", "-volatile"}, {"-scenario", "paused", "-tx"}, {"-lab", "-scenario", "paused"}} {
+	for _, args := range [][]string{{"-scenario", "nope"}, {"-scenario", "audit-log", "-volatile"}, {"-scenario", "paused", "-tx"}, {"-lab", "-scenario", "paused"}, {"-scenario", "paused", "-api-only"}} {
 		lines, code := runCluster(t, args...)
 		if code != 2 {
 			t.Errorf("cluster %v exited %d, want 2:\n%s", args, code, strings.Join(lines, "\n"))

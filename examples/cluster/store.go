@@ -65,12 +65,22 @@ type backend interface {
 // storeConfig configures openStore. Codec verifies tokens (epoch.Plain()
 // accepts any well-formed token).
 type storeConfig struct {
-	Backend  string // "sqlite" (default), "bolt", or one of storeBackends (store_fences.go)
-	Data     string // the SQLite file, or the boltfence file (records go next to it); postgres: the DSN
+	Backend  string // "sqlite" (default), "bolt", "postgres-trigger", or one of storeBackends (store_fences.go)
+	Data     string // the SQLite file, or the boltfence file (records go next to it); postgres, postgres-trigger: the DSN
 	Cluster  string
 	Unfenced bool
 	Verifier epoch.Verifier
 	Log      *slog.Logger
+	// TokenKey is the HMAC key Verifier holds (nil: unsigned tokens), for
+	// postgres-trigger, which gives it to the database's guard.
+	TokenKey []byte
+	// PGSchema is postgres-trigger's schema (created if missing; the
+	// guard's private schema is PGSchema_private); PGDropSchema drops both
+	// at Close. PGAPIOnly leaves the table unguarded and fences only the
+	// store's API (pgfence.Tx): the control of every-write-path.
+	PGSchema     string
+	PGDropSchema bool
+	PGAPIOnly    bool
 	// WriteDelay, for fault injection: each fenced write waits a random
 	// time below it while it holds the fence, so that faults land inside
 	// writes. Zero: none.
@@ -123,9 +133,9 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	// Like a node's -data, a missing directory is created (postgres: the
-	// DSN names no directory).
-	if cfg.Backend != "postgres" {
+	// Like a node's -data, a missing directory is created (postgres,
+	// postgres-trigger: the DSN names no directory).
+	if cfg.Backend != "postgres" && cfg.Backend != "postgres-trigger" {
 		if err := os.MkdirAll(filepath.Dir(cfg.Data), 0o755); err != nil {
 			return nil, fmt.Errorf("store: -data %s: %w", cfg.Data, err)
 		}

@@ -40,7 +40,7 @@ import (
 //     parameter, since the proxy never reads a body before admission.
 
 // storeBackends lists every -backend name.
-var storeBackends = []string{"sqlite", "bolt", "memory", "dir", "sqlite-do", "postgres", "proxy-sqlite", "proxy-dir"}
+var storeBackends = []string{"sqlite", "bolt", "postgres-trigger", "memory", "dir", "sqlite-do", "postgres", "proxy-sqlite", "proxy-dir"}
 
 // PostgresApp is the application_name of the postgres backend's sessions.
 const PostgresApp = "termfence-store"
@@ -74,6 +74,8 @@ func openBackend(ctx context.Context, cfg storeConfig) (backend, error) {
 		}
 	case "proxy-sqlite", "proxy-dir":
 		b, err = openProxied(ctx, cfg)
+	case "postgres-trigger":
+		b, err = openPGTrigger(ctx, cfg)
 	default:
 		return nil, fmt.Errorf("store: unknown -backend %q (want one of %v)", cfg.Backend, storeBackends)
 	}

@@ -15,8 +15,9 @@ import (
 func storeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlagSet("store", stderr)
 	httpAddr := fs.String("http", "127.0.0.1:7000", "HTTP listen address (port 0: any free port; see -addr-file)")
-	data := fs.String("data", "", "the store's file: SQLite database, or Bolt fence file (required)")
-	backendName := fs.String("backend", "sqlite", "storage: sqlite or bolt (the fault suite also uses memory, dir, sqlite-do, postgres, proxy-sqlite, proxy-dir)")
+	data := fs.String("data", "", "the store's file: SQLite database, or Bolt fence file; postgres, postgres-trigger: the PostgreSQL DSN (required)")
+	backendName := fs.String("backend", "sqlite", "storage: sqlite, bolt, or postgres-trigger (a PostgreSQL table guarded by pgtrigger: every write path is checked by the database); the fault suite also uses memory, dir, sqlite-do, postgres, proxy-sqlite, proxy-dir")
+	pgSchema := fs.String("pg-schema", "termfence_demo", "postgres-trigger: the schema of the records table (the guard's private schema is this with _private)")
 	cluster := fs.String("cluster", "demo", "the election group whose epochs this store admits")
 	keyFile := fs.String("token-key", "", "HMAC key file shared with the nodes (without it tokens are unsigned: a warning is logged)")
 	unfenced := fs.Bool("unfenced", false, "skip the epoch check (control experiment only: shows the lost update)")
@@ -45,9 +46,16 @@ func storeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var key []byte
+	if *keyFile != "" {
+		if key, err = readKey(*keyFile); err != nil {
+			return err
+		}
+	}
 	st, err := openStore(ctx, storeConfig{
 		Backend: *backendName, Data: *data, Cluster: *cluster, Unfenced: *unfenced,
-		Verifier: codec, Log: log, WriteDelay: *writeDelay, ReleaseEarly: *releaseEarly, ProxyTimeout: *proxyTimeout,
+		Verifier: codec, Log: log, TokenKey: key, PGSchema: *pgSchema,
+		WriteDelay: *writeDelay, ReleaseEarly: *releaseEarly, ProxyTimeout: *proxyTimeout,
 	})
 	if err != nil {
 		return err
@@ -63,7 +71,11 @@ func storeMain(ctx context.Context, args []string, stderr io.Writer) error {
 		ln.Close()
 		return err
 	}
-	log.Info("store listening", "http", ln.Addr().String(), "backend", st.cfg.Backend, "data", *data,
+	shown := *data
+	if st.cfg.Backend == "postgres-trigger" {
+		shown = "PostgreSQL schema " + *pgSchema // the DSN may hold a password
+	}
+	log.Info("store listening", "http", ln.Addr().String(), "backend", st.cfg.Backend, "data", shown,
 		"cluster", *cluster, "fenced", !*unfenced, "signed_tokens", *keyFile != "")
 	return serve(ctx, srv, ln)
 }

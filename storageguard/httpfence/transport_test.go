@@ -715,6 +715,10 @@ func TestProxyTransportNoCrossTalk(t *testing.T) {
 			}
 		case r.err == nil && r.status == http.StatusGatewayTimeout && r.refusal.Code == "backend_timeout", r.err != nil:
 			cut.Add(1)
+		case r.err == nil && r.status == http.StatusBadGateway && r.refusal.Code == "backend_error" && strings.Contains(r.refusal.Error, "dial") && strings.Contains(r.refusal.Error, "i/o timeout"):
+			// Cut off by the same timeout while still dialling: under a
+			// load of 20 the backend's accept can take longer than 100 ms.
+			cut.Add(1)
 		default:
 			return fmt.Errorf("%s (case %d): %d %q %v", id, n%5, r.status, r.body, r.err)
 		}

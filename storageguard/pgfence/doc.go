@@ -39,7 +39,11 @@
 //     epoch in beside the write, which Do reports (ErrFenceLost) but cannot
 //     undo. Tx is the way to make a write to the same database safe.
 //   - Writes that do not go through the fence (I7), such as another
-//     program's SQL on the same table.
+//     program's SQL on the same table. storageguard/pgtrigger closes that
+//     hole: it guards the table inside the database, against the same
+//     fence row and with the same lock protocol, so a table it guards can
+//     be written by pgfence's Tx (presenting the token with
+//     pgtrigger.Present) and by any other client alike.
 //   - Read-only transactions: the lock needs a writable transaction
 //     (ErrReadOnly).
 package pgfence

@@ -1,0 +1,5 @@
+//go:build !race
+
+package epoch_test
+
+const raceEnabled = false
