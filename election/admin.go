@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/termfence/termfence/epoch"
 )
 
 // The methods in this file start hashicorp/raft operations and wait for
@@ -101,50 +99,6 @@ func (e *Election) transfer(ctx context.Context, issue func() raft.Future) error
 			return fmt.Errorf("%w: %w (still leader after %d attempts)", ErrTransfer, ctx.Err(), attempts)
 		}
 	}
-}
-
-// AddVoter adds (or updates) a voting member with this Raft ID and transport
-// address, waiting until the configuration change is committed. On a node
-// that is not leader it returns a *NotLeaderError naming the leader, so the
-// caller can forward the request there. ErrInvalidArgument: id or addr
-// unusable.
-func (e *Election) AddVoter(ctx context.Context, id, addr string) error {
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	if err := epoch.ValidateName(id); err != nil {
-		return fmt.Errorf("%w: ID: %v", ErrInvalidArgument, err)
-	}
-	if addr == "" {
-		return fmt.Errorf("%w: %s has no address", ErrInvalidArgument, id)
-	}
-	if e.raft.State() != raft.Leader {
-		return e.notLeader()
-	}
-	err := e.await(ctx, func() raft.Future {
-		return e.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 0)
-	})
-	return e.configErr("add voter "+id, err)
-}
-
-// RemoveServer removes the member with this Raft ID, waiting until the
-// configuration change is committed. Removing the leader itself makes it
-// step down once the change commits. On a node that is not leader it returns
-// a *NotLeaderError naming the leader.
-func (e *Election) RemoveServer(ctx context.Context, id string) error {
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	if err := epoch.ValidateName(id); err != nil {
-		return fmt.Errorf("%w: ID: %v", ErrInvalidArgument, err)
-	}
-	if e.raft.State() != raft.Leader {
-		return e.notLeader()
-	}
-	err := e.await(ctx, func() raft.Future {
-		return e.raft.RemoveServer(raft.ServerID(id), 0, 0)
-	})
-	return e.configErr("remove server "+id, err)
 }
 
 func (e *Election) configErr(op string, err error) error {

@@ -3,10 +3,10 @@ package election
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/termfence/termfence/epoch"
@@ -150,7 +150,7 @@ func (e *Election) Admission() AdmissionStats {
 // Mutual TLS from package transport binds them to the peer's certificate.
 type admission struct {
 	raft *raft.Raft
-	log  hclog.Logger
+	log  *slog.Logger
 	self raft.ServerID
 
 	// joining is the ID and address of the last server whose

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"log/slog"
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/transport"
@@ -89,14 +89,30 @@ type Config struct {
 	Signer epoch.Signer
 
 	// FSM, if set, receives the application's own log entries (those it
-	// submits with Raft().Apply) and takes part in snapshots. The library
-	// applies no entries of its own. Nil means an internal FSM that
+	// submits with Raft().Apply) and takes part in snapshots. The only
+	// entries the library writes itself (member metadata, marked in
+	// raft.Log.Extensions) never reach it; snapshots carry the metadata in
+	// a header in front of the FSM's own bytes, which Restore strips. Nil means an internal FSM that
 	// ignores everything.
 	FSM raft.FSM
 
-	// Logger receives the election's and Raft's logs. Nil means
-	// hclog.Default() named "election".
-	Logger hclog.Logger
+	// Meta is the metadata this node advertises with its membership,
+	// typically the URL of its application API (at most MaxMetaLen bytes;
+	// opaque to this package). It is replicated through the Raft log: the
+	// node records it when it first leads (before it publishes that epoch)
+	// and again whenever it changed, so every node can tell who leads and
+	// how to reach it (Leadership.LeaderMeta, Status, NotLeaderError) —
+	// a follower redirects a client without an address book of its own.
+	// Empty: advertise nothing (a Meta given to AddMember, if any, stays).
+	Meta string
+
+	// Logger receives the election's and Raft's logs. raft's hclog is
+	// adapted onto it, with raft's Info — state-transition chatter on a
+	// healthy cluster — demoted to Debug, so at the usual Info level a
+	// healthy cluster logs only the election's own few lines (an epoch
+	// confirmed or withdrawn, a member added or removed, a handover on
+	// Close) and a clean Close logs no ERROR line. Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Validate reports whether c can be given to New. Errors wrap
@@ -116,6 +132,9 @@ func (c Config) Validate() error {
 	}
 	if c.Transport == nil {
 		return bad("Transport is required")
+	}
+	if len(c.Meta) > MaxMetaLen {
+		return bad("Meta is %d bytes, above MaxMetaLen (%d)", len(c.Meta), MaxMetaLen)
 	}
 	for _, f := range []struct {
 		name string
@@ -182,7 +201,7 @@ func (c Config) withDefaults() Config {
 		c.FSM = nopFSM{}
 	}
 	if c.Logger == nil {
-		c.Logger = hclog.Default().Named("election")
+		c.Logger = slog.Default()
 	}
 	c.Bootstrap = append([]Server(nil), c.Bootstrap...)
 	return c

@@ -2,11 +2,10 @@ package election
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/termfence/termfence/transport"
 	"github.com/termfence/termfence/transport/transporttest"
@@ -106,7 +105,7 @@ func TestNewRefusesCertificateOfAnotherServer(t *testing.T) {
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "names server n2") {
 		t.Fatalf("New as n1 with n2's certificate: %v, want ErrInvalidConfig naming n2", err)
 	}
-	el, err := New(Config{ID: "n2", Cluster: "c", InMemory: true, Transport: tr, Bootstrap: []Server{{"n2", string(tr.LocalAddr())}}, Logger: hclog.NewNullLogger()})
+	el, err := New(Config{ID: "n2", Cluster: "c", InMemory: true, Transport: tr, Bootstrap: []Server{{"n2", string(tr.LocalAddr())}}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("New as n2 with n2's certificate on the same transport: %v", err)
 	}

@@ -10,6 +10,36 @@
 // has seen. [Election.Lead] runs leader-only work under a context tied to
 // one epoch; [Election.Observe] and [Election.WaitLeader] report who leads.
 //
+// Each node may advertise metadata with its membership ([Config.Meta],
+// typically the URL of its application API). It travels in the Raft log, so
+// every node can tell where the leader serves ([Leadership.LeaderMeta],
+// [Status]) and a refused call's [NotLeaderError] carries it: a follower
+// redirects a client without an address book of its own. Membership is
+// changed with [Election.AddVoter], [Election.AddNonvoter] (a member that
+// replicates and follows but never votes or leads), [Election.AddMember]
+// and [Election.RemoveServer], which refuse unusable input — an address
+// that is not host:port, a duplicate ID or address, the last voter — with
+// [ErrInvalidAddress], [ErrDuplicateMember] or [ErrLastVoter] before raft
+// sees it, leaving the configuration as it was.
+//
+// Logs go to a *slog.Logger ([Config.Logger]; raft's hclog is adapted
+// inside, its Info chatter below slog's Info), so at Info a healthy cluster
+// logs only this package's own few lines and a clean Close no ERROR line.
+// [Election.Health] is an http.Handler for liveness and readiness probes:
+// not ready while no leader is known, not live once that has lasted
+// [HealthConfig].NoLeaderTimeout or Raft has made this node leader without
+// a confirmed epoch for ConfirmTimeout.
+//
+// # Smallest safe deployments
+//
+// Raft needs a majority of the voters. Three voters (two application
+// replicas and a small third voting member will do) survive the loss of any
+// one; two voters survive nothing, and two voters plus a non-voter are
+// still two voters: a non-voter never votes, never counts towards a quorum
+// and never leads, so when one voter goes the other cannot be elected and
+// the non-voter cannot take over. A tie-breaking witness must be a voter.
+// See docs/DESIGN.md, "Smallest safe deployments".
+//
 // # Guarantees
 //
 //   - An epoch is handed out only by the node that won the election for
@@ -73,6 +103,11 @@
 //     epoch.
 //   - A follower's Leadership.Term is its own current term, not proof that
 //     the named leader won it.
+//   - LeaderMeta is what the leader advertised, as replicated to this node:
+//     it can lag behind a leader change by one log entry (Observe delivers
+//     the new value when it arrives), and a member's metadata is known only
+//     once it led or AddMember recorded it. It is a hint for redirecting
+//     clients, never an authority: the epoch is.
 //   - Cancelling the context of a call that wraps a raft future (Resign,
 //     TransferTo, AddVoter, RemoveServer) stops the wait, not the operation,
 //     which raft may still complete.

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"log/slog"
 )
 
 // notifyBuffer is the capacity of the channel given to raft as
@@ -22,7 +23,7 @@ const notifyBuffer = 16
 // release it with Close.
 type Election struct {
 	cfg       Config // with defaults applied
-	log       hclog.Logger
+	log       *slog.Logger
 	*raftNode        // raft, its stores and its RPC inbox (raftnode.go)
 	waker     *waker // wakes raft early on a silent leader (wake.go)
 
@@ -41,7 +42,13 @@ type Election struct {
 	// back, to show that Epoch does not depend on it.
 	confirmGate atomic.Pointer[chan struct{}]
 
-	hub hub
+	hub  hub
+	meta *metaStore // member metadata, replicated through the log (meta.go)
+
+	memberMu sync.Mutex // one membership check-and-change at a time (members.go)
+
+	clock leaderClock   // since when no leader / no confirmed epoch (health.go)
+	stats statsRecorder // counters behind Stats (stats.go)
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -68,7 +75,11 @@ func New(cfg Config) (*Election, error) {
 		stop:     make(chan struct{}),
 	}
 	e.hub.init()
-	n, err := openNode(c, e.notifyCh) // raftnode.go
+	e.meta = newMetaStore()
+	e.meta.onChange = func() { pokeWatch(e.watchCh) }
+	rc := c
+	rc.FSM = wrapFSM(c.FSM, e.meta)
+	n, err := openNode(rc, e.notifyCh) // raftnode.go
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +101,9 @@ func (e *Election) start() {
 		return false
 	})
 	e.raft.RegisterObserver(e.observer)
-	e.hub.publish(e.leadership())
+	l := e.leadership()
+	e.clock.track(l, time.Now())
+	e.hub.publish(l)
 
 	e.wg.Add(4)
 	go func() {

@@ -69,7 +69,11 @@ func (e *Election) notLeader() error {
 		// confirmed: there is nobody to forward to yet.
 		return &NotLeaderError{}
 	}
-	return &NotLeaderError{LeaderID: string(id), LeaderAddr: string(addr)}
+	nl := &NotLeaderError{LeaderID: string(id), LeaderAddr: string(addr)}
+	if nl.LeaderID != "" {
+		nl.LeaderMeta = e.meta.get(nl.LeaderID)
+	}
+	return nl
 }
 
 // drain empties raft's NotifyCh. It never blocks on anything but the
@@ -82,6 +86,9 @@ func (e *Election) drain() {
 		case <-e.stop:
 			return
 		case won := <-e.notifyCh:
+			if won && !e.won.Load() {
+				e.stats.won(time.Now())
+			}
 			e.won.Store(won)
 			poke(e.workCh)
 			pokeWatch(e.watchCh)
@@ -150,6 +157,18 @@ func (e *Election) confirm() bool {
 				continue // leadership changed; look again
 			}
 		}
+		if m := e.cfg.Meta; m != "" && e.meta.get(e.cfg.ID) != m {
+			// Advertise this node's metadata before its first epoch, so
+			// that whoever learns it leads can also learn where to send
+			// clients.
+			if err := e.recordMeta(context.Background(), e.cfg.ID, m); err != nil {
+				if t, ok := e.tripleRead(); ok && t == t0 {
+					e.log.Debug("recording metadata failed while leader, will retry", "term", t0, "error", err)
+					return false
+				}
+				continue
+			}
+		}
 		t1, ok := e.tripleRead()
 		if !ok || t1 != t0 {
 			// Stepped down between the win and here (or lost and won a
@@ -163,6 +182,7 @@ func (e *Election) confirm() bool {
 				"term", t1, "max-term", epoch.MaxTerm)
 			return true
 		}
+		e.stats.confirm(time.Now()) // before publishing: whoever sees the epoch sees it counted
 		e.pubTerm.Store(t1)
 		e.log.Info("epoch confirmed", "cluster", e.cfg.Cluster, "term", t1, "leader", e.cfg.ID)
 		pokeWatch(e.watchCh)
@@ -223,7 +243,12 @@ func (e *Election) awaitOwnCommit(t0 uint64) (committed, stillLeader bool) {
 
 func (e *Election) unpublish() {
 	if old := e.pubTerm.Swap(0); old != 0 {
-		e.log.Info("epoch withdrawn", "term", old)
+		e.stats.withdraw()
+		if e.closed.Load() {
+			e.log.Debug("epoch withdrawn: closing", "term", old) // expected: not news
+		} else {
+			e.log.Info("epoch withdrawn", "term", old)
+		}
 		pokeWatch(e.watchCh)
 	}
 }

@@ -32,13 +32,29 @@ var (
 	ErrDataDirLocked = errors.New("election: data dir in use")
 
 	// ErrUnknownServer is returned by TransferTo for an ID that is not another
-	// voter in the current Raft configuration.
+	// voter in the current Raft configuration, and by RemoveServer for an ID
+	// that is not a member.
 	ErrUnknownServer = errors.New("election: unknown server")
 
 	// ErrInvalidArgument is returned for an unusable argument: an ID that is
 	// not a valid name (epoch.ValidateName) or an empty address given to
 	// AddVoter or RemoveServer, a nil fn given to Lead.
 	ErrInvalidArgument = errors.New("election: invalid argument")
+
+	// ErrInvalidAddress is returned (together with ErrInvalidArgument) by
+	// AddVoter, AddNonvoter and AddMember for a member address that is
+	// empty or, on a network transport, not host:port.
+	ErrInvalidAddress = errors.New("election: invalid member address")
+
+	// ErrDuplicateMember is returned by AddVoter, AddNonvoter and AddMember
+	// when the ID is already a member at another address, the address
+	// already belongs to another member, or a non-voter would replace a
+	// voter. The configuration is left as it was.
+	ErrDuplicateMember = errors.New("election: duplicate member")
+
+	// ErrLastVoter is returned by RemoveServer for the only voter of the
+	// cluster: without a voter the cluster could never elect again.
+	ErrLastVoter = errors.New("election: refusing to remove the last voter")
 
 	// ErrTransfer is returned by Resign when there is no other voter to hand
 	// leadership to, and by Resign and TransferTo when ctx ended while raft's
@@ -54,7 +70,12 @@ var (
 // out of date.
 type NotLeaderError struct {
 	LeaderID   string // empty: no known leader
-	LeaderAddr string
+	LeaderAddr string // its Raft address
+	// LeaderMeta is the metadata the leader advertises (its Config.Meta,
+	// typically its application URL, as replicated to this node): where to
+	// redirect a client. Empty if it advertises none or it has not reached
+	// this node yet.
+	LeaderMeta string
 }
 
 // Error implements error.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -16,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/internal/raftlog"
 	"github.com/termfence/termfence/transport"
 )
 
@@ -64,6 +65,7 @@ type cluster struct {
 	// ht, et and llt are the nodes' timeouts (testHT, testET, testLLT
 	// unless newClusterTimed set others).
 	ht, et, llt time.Duration
+	withMeta    bool // every node advertises metaOf(id)
 
 	// trip: see tripAbove.
 	tripTerm atomic.Uint64 // 0: disarmed
@@ -95,7 +97,22 @@ func newCluster(tb testing.TB, n int) *cluster {
 // ElectionTimeout and LeaderLeaseTimeout.
 func newClusterTimed(tb testing.TB, n int, ht, et, llt time.Duration) *cluster {
 	tb.Helper()
-	c := &cluster{tb: tb, check: newChecker(testCluster), ht: ht, et: et, llt: llt}
+	return newClusterWith(tb, n, ht, et, llt, false)
+}
+
+// newMetaCluster is newCluster with every node advertising metaOf(id) as
+// its Config.Meta.
+func newMetaCluster(tb testing.TB, n int) *cluster {
+	tb.Helper()
+	return newClusterWith(tb, n, testHT, testET, testLLT, true)
+}
+
+// metaOf is the Config.Meta of node id in a newMetaCluster.
+func metaOf(id string) string { return "http://" + id + ".app.test:8080" }
+
+func newClusterWith(tb testing.TB, n int, ht, et, llt time.Duration, withMeta bool) *cluster {
+	tb.Helper()
+	c := &cluster{tb: tb, check: newChecker(testCluster), ht: ht, et: et, llt: llt, withMeta: withMeta}
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
 		c.nodes = append(c.nodes, &node{c: c, id: id, dir: tb.TempDir()})
@@ -133,8 +150,13 @@ func (c *cluster) config(nd *node) Config {
 	if nd.join {
 		boot = nil
 	}
+	meta := ""
+	if c.withMeta {
+		meta = metaOf(nd.id)
+	}
 	return Config{
 		ID:                 nd.id,
+		Meta:               meta,
 		Cluster:            testCluster,
 		DataDir:            nd.dir,
 		Transport:          nd.net,
@@ -396,6 +418,7 @@ type checker struct {
 	holder    map[uint64]string          // term -> node seen holding its epoch
 	lastEpoch map[string]uint64          // source/node -> last epoch term
 	lastTerm  map[string]uint64          // node -> last Leadership.Term
+	lastObs   map[string]Leadership      // node -> last Leadership observed
 	maxTerm   uint64                     // highest epoch term seen
 	epochs    int                        // epoch sightings
 	unrest    []time.Time                // when raft logged a disturbance
@@ -415,6 +438,7 @@ func newChecker(cluster string) *checker {
 		holder:    make(map[uint64]string),
 		lastEpoch: make(map[string]uint64),
 		lastTerm:  make(map[string]uint64),
+		lastObs:   make(map[string]Leadership),
 	}
 }
 
@@ -468,13 +492,18 @@ func (c *checker) leadership(node string, l Leadership) {
 		c.fail("observe: %s's term went from %d to %d", node, c.lastTerm[node], l.Term)
 	}
 	c.lastTerm[node] = l.Term
+	prev := c.lastObs[node]
+	c.lastObs[node] = l
 	if l.Epoch.IsZero() {
 		return
 	}
 	if !l.Self || l.LeaderID != node || l.Term != l.Epoch.Term {
 		c.fail("observe: %s reported %+v: an epoch without being the leader of its term", node, l)
 	}
-	c.epochLocked("observe", node, l.Epoch, true)
+	// The same epoch is observed again only when nothing but the leader's
+	// replicated metadata changed.
+	again := prev.Epoch == l.Epoch && prev.LeaderMeta != l.LeaderMeta
+	c.epochLocked("observe", node, l.Epoch, !again)
 }
 
 // disturbed records that raft logged one of disturbances.
@@ -543,17 +572,13 @@ func (c *checker) verify(tb testing.TB) {
 
 // logger returns node's logger: raft's "election won" lines feed the
 // checker; everything is echoed to stderr when TERMFENCE_TEST_LOG is set.
-func (c *checker) logger(node string) hclog.Logger {
+func (c *checker) logger(node string) *slog.Logger {
 	var echo io.Writer = io.Discard
 	if os.Getenv("TERMFENCE_TEST_LOG") != "" {
 		echo = os.Stderr
 	}
-	return hclog.New(&hclog.LoggerOptions{
-		Name:       node,
-		Level:      hclog.Info,
-		JSONFormat: true,
-		Output:     &wonWriter{c: c, node: node, echo: echo},
-	})
+	// raftlog.LevelInfo: raft's Info, where "election won" is.
+	return slog.New(slog.NewJSONHandler(&wonWriter{c: c, node: node, echo: echo}, &slog.HandlerOptions{Level: raftlog.LevelInfo})).With("node", node)
 }
 
 // record keeps the last tailLines log lines.
@@ -578,7 +603,7 @@ func (c *checker) dumpLog(tb testing.TB) {
 	tb.Logf("last %d log lines of the cluster:\n%s", len(lines), strings.Join(lines, "\n"))
 }
 
-// wonWriter parses hclog's JSON lines for raft's "election won".
+// wonWriter parses slog's JSON lines for raft's "election won".
 type wonWriter struct {
 	c    *checker
 	node string
@@ -593,7 +618,7 @@ func (w *wonWriter) Write(p []byte) (int, error) {
 			continue
 		}
 		var rec struct {
-			Msg  string `json:"@message"`
+			Msg  string `json:"msg"`
 			Term uint64 `json:"term"`
 		}
 		if err := json.Unmarshal(line, &rec); err != nil {

@@ -2,12 +2,12 @@ package election
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/termfence/termfence/transport"
@@ -35,7 +35,7 @@ func TestNonVoterNeverStands(t *testing.T) {
 	nv, err := New(Config{
 		ID: "a0", Cluster: testCluster, DataDir: t.TempDir(), Transport: tr,
 		HeartbeatTimeout: c.ht, ElectionTimeout: c.et, LeaderLeaseTimeout: c.llt,
-		Logger: hclog.New(&hclog.LoggerOptions{Name: "a0", Level: hclog.Debug, JSONFormat: true, Output: logs}),
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		_ = tr.Close()

@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -21,6 +22,11 @@ type Leadership struct {
 	// when it knows none (an election is under way, or it is cut off).
 	LeaderID   string
 	LeaderAddr string
+	// LeaderMeta is the metadata the leader advertises (its Config.Meta,
+	// typically its application URL), as replicated to this node; empty
+	// when no leader is known or it advertises none (or this node has not
+	// received it yet: Observe delivers a new value once it has).
+	LeaderMeta string
 	// Self reports whether Raft has made this node the leader. A Self
 	// Leadership with a zero Epoch means the win is not confirmed yet (or
 	// no longer holds): the node must not act as leader.
@@ -41,6 +47,7 @@ type Status struct {
 	Term       uint64 // current Raft term
 	LeaderID   string // empty: no known leader
 	LeaderAddr string
+	LeaderMeta string      // the leader's advertised metadata (Leadership.LeaderMeta)
 	Epoch      epoch.Epoch // zero unless this node holds a confirmed epoch
 }
 
@@ -54,6 +61,7 @@ func (e *Election) Status() Status {
 		Term:       l.Term,
 		LeaderID:   l.LeaderID,
 		LeaderAddr: l.LeaderAddr,
+		LeaderMeta: l.LeaderMeta,
 		Epoch:      l.Epoch,
 	}
 }
@@ -91,7 +99,7 @@ func (e *Election) WaitLeader(ctx context.Context) (Leadership, error) {
 // leadership reads this node's current Leadership.
 func (e *Election) leadership() Leadership {
 	if ep, err := e.Epoch(); err == nil {
-		return Leadership{Term: ep.Term, LeaderID: ep.Leader, LeaderAddr: e.localAddr, Self: true, Epoch: ep}
+		return Leadership{Term: ep.Term, LeaderID: ep.Leader, LeaderAddr: e.localAddr, LeaderMeta: e.meta.get(ep.Leader), Self: true, Epoch: ep}
 	}
 	// Read the leader on both sides of the term so the pair is one raft
 	// reported at one moment; retry a few times if it moved.
@@ -104,6 +112,9 @@ func (e *Election) leadership() Leadership {
 		if addr == addr2 && id == id2 {
 			break
 		}
+	}
+	if l.LeaderID != "" {
+		l.LeaderMeta = e.meta.get(l.LeaderID)
 	}
 	return l
 }
@@ -118,7 +129,9 @@ func (e *Election) watch() {
 		case <-e.stop:
 			return
 		case <-e.watchCh:
-			e.hub.publish(e.leadership())
+			l := e.leadership()
+			e.clock.track(l, time.Now())
+			e.hub.publish(l)
 		}
 	}
 }

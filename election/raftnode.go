@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/termfence/termfence/internal/raftlog"
 	"github.com/termfence/termfence/transport"
 )
 
@@ -99,7 +100,7 @@ func raftConfig(c Config, notifyCh chan<- bool) *raft.Config {
 	rc.ElectionTimeout = c.ElectionTimeout
 	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
 	rc.NotifyCh = notifyCh
-	rc.Logger = c.Logger.Named("raft")
+	rc.Logger = raftlog.New(c.Logger, "raft")
 	// A removed node keeps running as a non-voter instead of shutting raft
 	// down underneath this Election.
 	rc.ShutdownOnRemove = false
@@ -159,7 +160,7 @@ func (n *raftNode) openStores(c Config) (raft.LogStore, raft.StableStore, raft.S
 		_ = store.Close()
 		return nil, nil, nil, fmt.Errorf("election: log cache: %w", err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, c.Logger.Named("snapshot"))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, raftlog.New(c.Logger, "snapshot"))
 	if err != nil {
 		_ = store.Close()
 		return nil, nil, nil, fmt.Errorf("election: snapshot store: %w", err)

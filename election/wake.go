@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -10,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/termfence/termfence/transport"
@@ -134,7 +134,7 @@ import (
 // terms.
 type waker struct {
 	raft *raft.Raft
-	log  hclog.Logger
+	log  *slog.Logger
 	id   string // this node's server ID
 	addr string // this node's raft address (its own TimeoutNow names it)
 	// tr is the transport the Election was given: announce sends through

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/termfence/termfence/epoch"
@@ -172,10 +172,8 @@ func TestKilledLeaderTransfer(t *testing.T) {
 		el, err := New(Config{
 			ID: boot[i].ID, Cluster: testCluster, DataDir: t.TempDir(), Transport: tr, Bootstrap: boot,
 			HeartbeatTimeout: ht, ElectionTimeout: ht, LeaderLeaseTimeout: ht / 2,
-			Logger: hclog.New(&hclog.LoggerOptions{
-				Name: boot[i].ID, Level: hclog.Debug, JSONFormat: true,
-				Output: io.MultiWriter(logs[i], &wonWriter{c: check, node: boot[i].ID, echo: io.Discard}),
-			}),
+			Logger: slog.New(slog.NewJSONHandler(io.MultiWriter(logs[i], &wonWriter{c: check, node: boot[i].ID, echo: io.Discard}),
+				&slog.HandlerOptions{Level: slog.LevelDebug})),
 		})
 		if err != nil {
 			t.Fatalf("New: %v", err)

@@ -26,6 +26,13 @@ type GuardConfig struct {
 	// epoch.NewHMAC or epoch.NewEd25519Verifier wherever tokens cross a trust
 	// boundary.
 	Verifier epoch.Verifier
+	// OnRefuse, if set, is called with every token the Guard refuses before
+	// the fence is touched (missing, unsigned or badly signed, malformed, of
+	// another cluster, for a bad resource name), from the calling goroutine;
+	// it must not block. Refusals by the fence itself (stale, conflicting
+	// epochs) are the fence's to report. Package storageguard/fencemetrics
+	// counts them with it. Nil: nothing is called.
+	OnRefuse func(resource string, err error)
 }
 
 // Validate reports whether c is usable: Cluster, if set, must be a valid
@@ -48,13 +55,14 @@ type Guard struct {
 	cluster  string
 	verifier epoch.Verifier
 	err      error // non-nil: every call fails with it
+	onRefuse func(resource string, err error)
 }
 
 // NewGuard returns a Guard in front of f. It never panics: a nil f (or a nil
 // pointer in a Fence interface) makes every call fail with ErrNoFence, and an
 // invalid cfg makes every call fail with its Validate error. cfg is copied.
 func NewGuard(f Fence, cfg GuardConfig) *Guard {
-	g := &Guard{fence: f, cluster: cfg.Cluster, verifier: cfg.Verifier}
+	g := &Guard{fence: f, cluster: cfg.Cluster, verifier: cfg.Verifier, onRefuse: cfg.OnRefuse}
 	if err := cfg.Validate(); err != nil {
 		g.err = err
 	}
@@ -133,10 +141,15 @@ func (g *Guard) admit(resource, token string) (epoch.Epoch, error) {
 	if err := g.Err(); err != nil {
 		return epoch.Epoch{}, err
 	}
-	if err := ValidateResource(resource); err != nil {
-		return epoch.Epoch{}, err
+	err := ValidateResource(resource)
+	var ep epoch.Epoch
+	if err == nil {
+		ep, err = g.Verify(resource, token)
 	}
-	return g.Verify(resource, token)
+	if err != nil && g.onRefuse != nil {
+		g.onRefuse(resource, err)
+	}
+	return ep, err
 }
 
 // Do verifies token (see Verify) and, only if it is authentic, runs write

@@ -22,7 +22,7 @@ func BenchmarkAppendEntries(b *testing.B) {
 		make func(b *testing.B) raft.Transport
 	}{
 		{"raw", func(b *testing.B) raft.Transport {
-			tr, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, DefaultMaxPool, DefaultTimeout, quietLogger())
+			tr, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, DefaultMaxPool, DefaultTimeout, quietHCLog())
 			if err != nil {
 				b.Fatal(err)
 			}

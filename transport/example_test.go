@@ -3,6 +3,7 @@ package transport_test
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -95,7 +96,7 @@ func ExampleFaulty() {
 // advertise address is kept as given, so peers resolve it themselves.
 func ExampleNewTCP() {
 	tr, err := transport.NewTCP("127.0.0.1:0", "localhost:7000", transport.Config{
-		Logger: hclog.NewNullLogger(),
+		Logger: slog.New(slog.DiscardHandler),
 		// TLS: cfg from transport.MutualTLS(cert, key, ca) for mutual TLS.
 	})
 	if err != nil {

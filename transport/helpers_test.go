@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -15,7 +16,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // quietLogger discards logs; refused TLS handshakes and injected faults make
 // raft and the transport log errors by design.
-func quietLogger() hclog.Logger { return hclog.NewNullLogger() }
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// quietHCLog is an hclog.Logger that logs nothing, for raw raft.
+func quietHCLog() hclog.Logger { return hclog.NewNullLogger() }
 
 type node struct {
 	id    raft.ServerID
@@ -44,7 +48,7 @@ func testConfig(id raft.ServerID, d time.Duration) *raft.Config {
 	c.ElectionTimeout = d
 	c.LeaderLeaseTimeout = d
 	c.CommitTimeout = 5 * time.Millisecond
-	c.Logger = quietLogger()
+	c.Logger = quietHCLog()
 	return c
 }
 

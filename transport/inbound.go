@@ -7,13 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/internal/raftlog"
 )
 
 // The inbound path. raft's NetworkTransport serves every accepted
@@ -76,7 +78,7 @@ type inbound struct {
 	shake    time.Duration // HandshakeTimeout
 	idle     time.Duration // IdleTimeout
 	timeout  time.Duration // write deadline of a response
-	log      hclog.Logger
+	log      *slog.Logger
 	consumer chan raft.RPC
 	quit     chan struct{}
 
@@ -238,7 +240,7 @@ func (s *inbound) serve(c *inConn) {
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  &oneConn{c: c, closed: make(chan struct{})},
 		Timeout: s.timeout,
-		Logger:  s.log,
+		Logger:  raftlog.New(s.log, "transport"),
 	})
 	defer nt.Close()
 	for {

@@ -57,7 +57,7 @@ func sendHeartbeat(t *testing.T, a, b raft.Transport) (handlerCalls int32, viaCo
 // the heartbeat fast path whenever a handler is installed.
 func newRawNT(t *testing.T) *raft.NetworkTransport {
 	t.Helper()
-	raw, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 1, time.Second, quietLogger())
+	raw, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 1, time.Second, quietHCLog())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/internal/raftlog"
 )
 
 // tcpTransport is the Transport NewTCP builds: raft's NetworkTransport for
@@ -83,7 +85,7 @@ func NewTCP(bind, advertise string, cfg Config) (Transport, error) {
 		Stream:  t.dial,
 		MaxPool: c.MaxPool,
 		Timeout: c.Timeout,
-		Logger:  c.Logger,
+		Logger:  raftlog.New(c.Logger, "transport"),
 	})
 	t.in = newInbound(ln, c)
 	return MainLoopOnly(t), nil

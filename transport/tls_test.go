@@ -190,7 +190,7 @@ func newIntruder(t *testing.T, cfg *tls.Config) *raft.NetworkTransport {
 		l = tls.NewListener(ln, cfg)
 	}
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: &intruderLayer{Listener: l, cfg: cfg}, MaxPool: 1, Timeout: 2 * time.Second, Logger: quietLogger(),
+		Stream: &intruderLayer{Listener: l, cfg: cfg}, MaxPool: 1, Timeout: 2 * time.Second, Logger: quietHCLog(),
 	})
 	t.Cleanup(func() { _ = nt.Close() })
 	return nt

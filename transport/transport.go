@@ -6,10 +6,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -144,9 +144,10 @@ type Config struct {
 	// authentication and no encryption.
 	TLS *tls.Config
 
-	// Logger receives the transport's logs. Nil means hclog.Default() named
-	// "transport".
-	Logger hclog.Logger
+	// Logger receives the transport's logs, raft's NetworkTransport's
+	// included (adapted from hclog, with its Info demoted to Debug). Nil
+	// means slog.Default().
+	Logger *slog.Logger
 
 	// MaxInbound caps the inbound connections open at once. When a new one
 	// arrives at the cap, the least useful open one is closed: one still in
@@ -239,7 +240,7 @@ func (c Config) withDefaults() Config {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
 	if c.Logger == nil {
-		c.Logger = hclog.Default().Named("transport")
+		c.Logger = slog.Default()
 	}
 	return c
 }

@@ -164,6 +164,11 @@ func TestAdminValidatesInput(t *testing.T) {
 	if st := waitLeads(t, url); !slices.Equal(st.Voters, []string{"n1"}) {
 		t.Fatalf("after refused requests the voters are %v, want [n1]", st.Voters)
 	}
+	for _, probe := range []string{"/livez", "/readyz"} {
+		if body, err := getText(hc, url+probe); err != nil || strings.TrimSpace(body) != "ok" {
+			t.Errorf("GET %s on the leader: %q %v", probe, body, err)
+		}
+	}
 
 	// n2 joins through n1 (the leader); n3 joins through n2, a follower.
 	addrs := freePorts(t, 2)

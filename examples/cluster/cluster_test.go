@@ -245,8 +245,9 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(metrics, `termfence_store_writes_refused_total{node="`+old+`"} `) ||
-		strings.Contains(metrics, `termfence_store_writes_refused_total{node="`+old+`"} 0`) {
+	if !strings.Contains(metrics, `termfence_example_store_writes_total{result="refused"} `) ||
+		strings.Contains(metrics, `termfence_example_store_writes_total{result="refused"} 0`) ||
+		!strings.Contains(metrics, `termfence_election_epoch_transitions_total{transition="withdrawn"} `) {
 		t.Errorf("%s's metrics do not count the refused write:\n%s", old, metrics)
 	}
 

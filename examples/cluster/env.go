@@ -13,8 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/termfence/termfence/election"
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/transport"
@@ -35,7 +33,7 @@ type env struct {
 	key    []byte // the HMAC key codec holds
 	log    *slog.Logger
 	logOut io.Writer
-	hlog   hclog.Logger
+	hlog   *slog.Logger
 
 	nodes  []*demoNode
 	addrs  []string // the nodes' Raft addresses, kept across restarts
@@ -78,7 +76,7 @@ func newEnv(o options, stdout, stderr io.Writer) (*env, error) {
 	e := &env{
 		opts: o, out: stdout, tl: newTimeline(stdout, o.scenario), dir: dir,
 		logOut: logOut, log: slog.New(slog.NewTextHandler(logOut, nil)),
-		hlog: hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: logOut}),
+		hlog: slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	keyFile := filepath.Join(dir, "token.key")
 	if err := os.WriteFile(keyFile, newKey(), 0o600); err != nil {
@@ -232,7 +230,7 @@ func (e *env) startNodes() error {
 
 // listenRetry binds a Raft transport; a restart may find its old port
 // briefly held by the closing listener, so it retries for a while.
-func listenRetry(bind string, hlog hclog.Logger) (transport.Transport, error) {
+func listenRetry(bind string, hlog *slog.Logger) (transport.Transport, error) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		tr, err := transport.NewTCP(bind, "", transport.Config{Timeout: time.Second, Logger: hlog})

@@ -14,9 +14,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/termfence/termfence/election"
+	"github.com/termfence/termfence/election/electionmetrics"
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/transport"
 )
@@ -67,7 +68,7 @@ func nodeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.Resource, "resource", DefaultResource, "the store resource the -write-every writer writes")
 	fs.BoolVar(&cfg.FaultEndpoint, "fault-endpoint", false, "enable POST /fault to partition this node (TEST ONLY)")
 	fs.StringVar(&cfg.AddrFile, "addr-file", "", `write "raft=ADDR http=ADDR" to this file once listening`)
-	fs.StringVar(&cfg.RaftLogLevel, "raft-log-level", "warn", "hashicorp/raft log level: trace, debug, info, warn, error, off")
+	fs.StringVar(&cfg.RaftLogLevel, "raft-log-level", "warn", "log level of the election and hashicorp/raft: trace, debug, info, warn, error, off")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: cluster node -id ID -raft ADDR -data DIR (-bootstrap id=addr,... | -join http://ADDR) [flags]\n\nOne Raft node of the election group.\n\n")
@@ -157,7 +158,6 @@ type node struct {
 	log      *slog.Logger
 	el       *election.Election
 	faulty   *transport.Faulty
-	book     *addrBook
 	metrics  *nodeMetrics
 	ln       net.Listener
 	srv      *http.Server
@@ -171,7 +171,7 @@ type node struct {
 // startNode builds the transport, the election and the HTTP listener. On
 // error nothing is left running.
 func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error) {
-	n := &node{cfg: cfg, log: log, book: newAddrBook(), scheme: "http"}
+	n := &node{cfg: cfg, log: log, scheme: "http"}
 	tc := &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: 30 * time.Second}
 	if cfg.tlsConf != nil {
 		tc.TLSClientConfig = cfg.tlsConf.Clone()
@@ -203,9 +203,9 @@ func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error
 		log.Warn("HTTP API listens beyond loopback; protect it with -tls-cert/-tls-key/-tls-ca", "http", n.httpAddr)
 	}
 
-	hlog := hclog.New(&hclog.LoggerOptions{
-		Name: "raft", Level: hclog.LevelFromString(cfg.RaftLogLevel), Output: stderr,
-	}).With("node", cfg.ID)
+	// The election's and raft's logs (raft's hclog is adapted onto slog
+	// inside, its Info demoted to Debug) at -raft-log-level.
+	hlog := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: raftLevel(cfg.RaftLogLevel)})).With("node", cfg.ID)
 	tr, err := transport.NewTCP(cfg.Raft, cfg.Advertise, transport.Config{TLS: cfg.tlsConf, Logger: hlog, Timeout: 2 * time.Second})
 	if err != nil {
 		ln.Close()
@@ -222,22 +222,21 @@ func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error
 		ElectionTimeout:    cfg.Heartbeat,
 		LeaderLeaseTimeout: cfg.Heartbeat / 2,
 		Signer:             cfg.codec,
-		FSM:                n.book,
-		Logger:             hlog,
+		// Every node advertises its HTTP address with its membership, so
+		// a follower can point a client at the leader's API
+		// (Status().LeaderMeta, NotLeaderError.LeaderMeta).
+		Meta:   n.httpAddr,
+		Logger: hlog,
 	})
 	if err != nil {
 		_ = n.faulty.Close()
 		ln.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.metrics = newNodeMetrics(cfg.ID,
-		func() float64 { return float64(n.el.Status().Term) },
-		func() float64 {
-			if _, err := n.el.Epoch(); err == nil {
-				return 1
-			}
-			return 0
-		})
+	// The library's own metrics (termfence_election_...), and this node's
+	// writes to the store as the application counts them.
+	n.metrics = newNodeMetrics()
+	electionmetrics.MustRegister(n.metrics.reg, n.el)
 	n.srv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: 5 * time.Second}
 	return n, nil
 }
@@ -310,37 +309,17 @@ func (n *node) shutdown() error {
 	return errors.Join(cerr, serr)
 }
 
-// observe follows this node's view of the leadership: it counts leader
-// changes and epochs, and when this node takes an epoch it records its own
-// HTTP address in the replicated address book, so followers can point
-// clients at it.
+// observe follows this node's view of the leadership and logs each epoch
+// it takes. (The election itself records this node's HTTP address, its
+// Config.Meta, before its first epoch, and counts epochs for /metrics.)
 func (n *node) observe(ctx context.Context) {
 	defer n.wg.Done()
-	var lastLeader string
 	var lastEpoch uint64
 	for l := range n.el.Observe(ctx) {
-		if l.LeaderID != "" && l.LeaderID != lastLeader {
-			if lastLeader != "" {
-				n.metrics.leaderChanges.Inc()
-			}
-			lastLeader = l.LeaderID
-		}
 		if l.Leading() && l.Epoch.Term > lastEpoch {
 			lastEpoch = l.Epoch.Term
-			n.metrics.epochsIssued.Inc()
 			n.log.Info("took epoch", "epoch", l.Epoch.String())
-			if n.book.lookup(n.cfg.ID) != n.httpAddr {
-				n.announce(n.cfg.ID, n.httpAddr)
-			}
 		}
-	}
-}
-
-// announce replicates id's HTTP address; it needs this node to lead.
-func (n *node) announce(id, addr string) {
-	f := n.el.Raft().Apply(encodeEntry(id, addr), 2*n.cfg.Heartbeat)
-	if err := f.Error(); err != nil {
-		n.log.Debug("could not record HTTP address", "id", id, "error", err)
 	}
 }
 
@@ -456,18 +435,19 @@ func (n *node) joinLoop(ctx context.Context) {
 	}
 }
 
-// recordHTTPLoop makes sure the replicated address book knows this node's
-// HTTP address, so that every node's status page can show every member: a
-// leader records its own; a follower (bootstrapped with the others, so it
+// recordHTTPLoop makes sure the cluster knows this node's HTTP address (its
+// member metadata) before it ever leads, so that every node's status page
+// can show every member: a follower (bootstrapped with the others, so it
 // never joined) asks the leader with a POST /join naming itself — for a
 // member at its own address that changes no configuration, it only records
-// the address. It stops once the address is recorded.
+// the address (election.AddMember). A leader records its own. It stops once
+// the address is recorded.
 func (n *node) recordHTTPLoop(ctx context.Context) {
 	defer n.wg.Done()
 	body := joinRequest{ID: n.cfg.ID, Addr: string(n.faulty.LocalAddr()), HTTP: n.httpAddr}
 	t := time.NewTicker(n.cfg.Heartbeat)
 	defer t.Stop()
-	for n.book.lookup(n.cfg.ID) != n.httpAddr {
+	for n.memberMeta(n.cfg.ID) != n.httpAddr {
 		select {
 		case <-ctx.Done():
 			return
@@ -515,5 +495,59 @@ func (n *node) leaderInfo() (id, httpAddr string) {
 	if st.LeaderID == "" {
 		return "", ""
 	}
-	return st.LeaderID, n.book.lookup(st.LeaderID)
+	return st.LeaderID, st.LeaderMeta
+}
+
+// memberMeta returns the metadata (HTTP address) member id advertises, or "".
+func (n *node) memberMeta(id string) string {
+	ms, err := n.el.Members()
+	if err != nil {
+		return ""
+	}
+	for _, m := range ms {
+		if m.ID == id {
+			return m.Meta
+		}
+	}
+	return ""
+}
+
+// raftLevel is the slog level of a -raft-log-level value (hclog's names).
+func raftLevel(s string) slog.Level {
+	switch strings.ToLower(s) {
+	case "trace":
+		return slog.LevelDebug - 4
+	case "debug":
+		return slog.LevelDebug
+	case "info":
+		return slog.LevelInfo
+	case "error":
+		return slog.LevelError
+	case "off":
+		return slog.LevelError + 100
+	}
+	return slog.LevelWarn
+}
+
+// nodeMetrics are the node's Prometheus metrics (GET /metrics), on a
+// registry of its own: the election's (package electionmetrics) and the
+// outcome of this node's writes to the store.
+type nodeMetrics struct {
+	reg                                        *prometheus.Registry
+	writesAccepted, writesRefused, writeErrors prometheus.Counter
+}
+
+func newNodeMetrics() *nodeMetrics {
+	reg := prometheus.NewRegistry()
+	writes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "termfence_example_store_writes_total",
+		Help: "Writes this node sent to the store, by the store's answer: accepted, refused (stale, conflicting, forged or unsigned epoch) or error (no answer).",
+	}, []string{"result"})
+	reg.MustRegister(writes)
+	return &nodeMetrics{
+		reg:            reg,
+		writesAccepted: writes.WithLabelValues("accepted"),
+		writesRefused:  writes.WithLabelValues("refused"),
+		writeErrors:    writes.WithLabelValues("error"),
+	}
 }

@@ -31,6 +31,12 @@ func (n *node) routes() http.Handler {
 	mux.HandleFunc("/transfer", mutating(n.handleTransfer))
 	mux.HandleFunc("/remove", mutating(n.handleRemove))
 	mux.Handle("/metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	// Liveness and readiness probes (election.Health): not ready while no
+	// leader is known, not live once that lasted 10 heartbeats.
+	if h, err := n.el.Health(election.HealthConfig{NoLeaderTimeout: 10 * n.cfg.Heartbeat}); err == nil {
+		mux.Handle("GET /livez", h)
+		mux.Handle("GET /readyz", h)
+	}
 	if n.cfg.FaultEndpoint {
 		mux.HandleFunc("/fault", mutating(n.handleFault))
 	}
@@ -64,7 +70,7 @@ func (n *node) status() nodeStatus {
 	st := n.el.Status()
 	out := nodeStatus{
 		ID: st.ID, State: st.State.String(), Term: st.Term,
-		Leader: st.LeaderID, LeaderAddr: st.LeaderAddr, LeaderHTTP: n.book.lookup(st.LeaderID),
+		Leader: st.LeaderID, LeaderAddr: st.LeaderAddr, LeaderHTTP: st.LeaderMeta,
 		Raft: string(n.faulty.LocalAddr()), HTTP: n.httpAddr, PID: os.Getpid(),
 	}
 	if f := n.el.Raft().GetConfiguration(); f.Error() == nil {
@@ -183,30 +189,19 @@ type joinRequest struct {
 	HTTP string `json:"http,omitempty"`
 }
 
-// handleJoin adds a voter. Only the leader can; a follower answers 503 with
-// the leader's ID and HTTP address, and the joining node retries there (it
-// does not forward the request itself). Every input is checked before the
-// cluster is touched: the ID's form, the addresses' host:port form, and that
-// neither the ID nor the Raft address already belongs to another member —
-// a second voter under a known address, or a known ID moved to a new
-// address, would cost the quorum. The same ID at the same address is a
-// member rejoining (a restarted node, or one recording its HTTP address):
-// answered 200 without a configuration change.
+// handleJoin adds a voter. Every input is checked before the cluster is
+// touched, by election.AddMember itself: the ID's form, the Raft address's
+// host:port form (400), and that neither the ID nor the Raft address
+// already belongs to another member (409) — a second voter under a known
+// address, or a known ID moved to a new address, would cost the quorum. The
+// same ID at the same address is a member rejoining (a restarted node, or
+// one recording its HTTP address): answered 200 without a configuration
+// change. Only the leader can add; a follower answers 503 with the leader's
+// ID and HTTP address, and the joining node retries there (it does not
+// forward the request itself).
 func (n *node) handleJoin(w http.ResponseWriter, r *http.Request) {
 	var req joinRequest
 	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "node: join: "+err.Error())
-		return
-	}
-	if err := epoch.ValidateName(req.ID); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: join: id %q: %v", req.ID, err))
-		return
-	}
-	if req.Addr == "" {
-		writeError(w, http.StatusBadRequest, "node: join: addr (the joining node's Raft address) is required")
-		return
-	}
-	if err := checkHostPort("addr", req.Addr); err != nil {
 		writeError(w, http.StatusBadRequest, "node: join: "+err.Error())
 		return
 	}
@@ -216,55 +211,27 @@ func (n *node) handleJoin(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if _, err := n.el.Epoch(); err != nil {
+	member := false
+	if ms, err := n.el.Members(); err == nil {
+		for _, m := range ms {
+			member = member || (m.ID == req.ID && m.Addr == req.Addr && m.Voter)
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+	defer cancel()
+	err := n.el.AddMember(ctx, election.Member{ID: req.ID, Addr: req.Addr, Voter: true, Meta: req.HTTP})
+	if errors.Is(err, election.ErrNotLeader) {
 		n.notLeader(w)
 		return
 	}
-	servers, err := n.members()
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "node: join: "+err.Error())
+		writeError(w, statusOf(err), "node: join: "+err.Error())
 		return
 	}
-	member := false
-	for _, srv := range servers {
-		id, addr := string(srv.ID), string(srv.Address)
-		switch {
-		case id == req.ID && addr == req.Addr:
-			member = true
-		case id == req.ID:
-			writeError(w, http.StatusConflict, fmt.Sprintf("node: join: id %q is already a member at %s; remove it first, or join under a new id", req.ID, addr))
-			return
-		case addr == req.Addr:
-			writeError(w, http.StatusConflict, fmt.Sprintf("node: join: address %s already belongs to member %q", req.Addr, id))
-			return
-		}
-	}
 	if !member {
-		ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
-		defer cancel()
-		if err := n.el.AddVoter(ctx, req.ID, req.Addr); err != nil {
-			if errors.Is(err, election.ErrNotLeader) {
-				n.notLeader(w)
-				return
-			}
-			writeError(w, statusOf(err), "node: join: "+err.Error())
-			return
-		}
 		n.log.Info("added voter", "id", req.ID, "addr", req.Addr)
 	}
-	if req.HTTP != "" && n.book.lookup(req.ID) != req.HTTP {
-		n.announce(req.ID, req.HTTP)
-	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": req.ID, "addr": req.Addr, "already_member": member})
-}
-
-// members returns the latest Raft configuration's servers.
-func (n *node) members() ([]raft.Server, error) {
-	f := n.el.Raft().GetConfiguration()
-	if err := f.Error(); err != nil {
-		return nil, fmt.Errorf("reading the configuration: %w", err)
-	}
-	return f.Configuration().Servers, nil
 }
 
 // idRequest is the body of POST /transfer and POST /remove.
@@ -279,37 +246,10 @@ func (n *node) handleTransfer(w http.ResponseWriter, r *http.Request) {
 
 // handleRemove removes a member from the cluster: 404 for an ID that is
 // not a member, 409 for the last voter (a cluster without voters can never
-// elect again).
+// elect again); election.RemoveServer refuses both.
 func (n *node) handleRemove(w http.ResponseWriter, r *http.Request) {
-	n.adminByID(w, r, "remove", func(ctx context.Context, id string) error {
-		if _, err := n.el.Epoch(); err != nil {
-			return err
-		}
-		servers, err := n.members()
-		if err != nil {
-			return err
-		}
-		found, voters := false, 0
-		for _, srv := range servers {
-			if srv.Suffrage == raft.Voter {
-				voters++
-			}
-			if string(srv.ID) == id {
-				found = true
-			}
-		}
-		if !found {
-			return fmt.Errorf("%w: %s is not a member", election.ErrUnknownServer, id)
-		}
-		if voters <= 1 {
-			return fmt.Errorf("%w: %s is the last voter", errLastVoter, id)
-		}
-		return n.el.RemoveServer(ctx, id)
-	})
+	n.adminByID(w, r, "remove", n.el.RemoveServer)
 }
-
-// errLastVoter refuses to remove the only voter.
-var errLastVoter = errors.New("refusing to remove the last voter")
 
 func (n *node) adminByID(w http.ResponseWriter, r *http.Request, op string, fn func(context.Context, string) error) {
 	var req idRequest
@@ -340,7 +280,9 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, election.ErrUnknownServer):
 		return http.StatusNotFound
-	case errors.Is(err, errLastVoter):
+	case errors.Is(err, election.ErrInvalidArgument):
+		return http.StatusBadRequest
+	case errors.Is(err, election.ErrLastVoter), errors.Is(err, election.ErrDuplicateMember):
 		return http.StatusConflict
 	case errors.Is(err, election.ErrNotLeader), errors.Is(err, election.ErrClosed),
 		errors.Is(err, election.ErrTransfer), errors.Is(err, context.DeadlineExceeded):

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
 // The status page: GET / serves a small page (ui/, embedded in the binary:
@@ -87,16 +85,15 @@ func (n *node) handleCluster(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	st := n.el.Status()
 	v := clusterView{Cluster: n.cfg.Cluster, Self: n.cfg.ID, Leader: st.LeaderID, StoreURL: n.cfg.Store, At: start}
-	servers, err := n.members()
+	members, err := n.el.Members()
 	if err != nil {
-		servers = nil
+		members = nil
 	}
-	v.Members = make([]memberView, len(servers))
+	v.Members = make([]memberView, len(members))
 	var wg sync.WaitGroup
-	for i, srv := range servers {
+	for i, mb := range members {
 		m := &v.Members[i]
-		m.ID, m.Raft, m.Voter = string(srv.ID), string(srv.Address), srv.Suffrage == raft.Voter
-		m.HTTP = n.book.lookup(m.ID)
+		m.ID, m.Raft, m.Voter, m.HTTP = mb.ID, mb.Addr, mb.Voter, mb.Meta
 		if m.ID == n.cfg.ID {
 			self := n.status()
 			m.Status, m.HTTP = &self, n.httpAddr

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,15 +85,17 @@ func labNodeMain(args []string) int {
 		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(pid), Address: raft.ServerAddress(addr)})
 	}
 	logger := hclog.NewNullLogger()
+	slogger := slog.New(slog.DiscardHandler)
 	if *verbose {
 		logger = hclog.New(&hclog.LoggerOptions{Name: *id, Level: hclog.Debug, Output: os.Stderr, TimeFormat: "15:04:05.000000"})
+		slogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", *id)
 	}
 	out := &eventWriter{w: bufio.NewWriter(os.Stdout)}
 	var n labRunner
 	var err error
 	switch *system {
 	case "termfence":
-		n, err = startTFLabNode(*id, *bind, *dir, servers, *ht, *et, *llt, logger)
+		n, err = startTFLabNode(*id, *bind, *dir, servers, *ht, *et, *llt, slogger)
 	case "raw":
 		n, err = startRawLabNode(*id, *bind, *dir, conf, *ht, *et, *llt, logger)
 	default:
@@ -163,7 +166,7 @@ func pollState(ctx context.Context, n labRunner, out *eventWriter) {
 
 type tfLabNode struct{ el *election.Election }
 
-func startTFLabNode(id, bind, dir string, servers []election.Server, ht, et, llt time.Duration, logger hclog.Logger) (*tfLabNode, error) {
+func startTFLabNode(id, bind, dir string, servers []election.Server, ht, et, llt time.Duration, logger *slog.Logger) (*tfLabNode, error) {
 	// transport.NewTCP as an application builds it, with the settings the
 	// in-process mode gives both systems (pool 3, timeout 10 s).
 	tr, err := transport.NewTCP(bind, "", transport.Config{MaxPool: 3, Timeout: 10 * time.Second, Logger: logger})

@@ -65,6 +65,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"os"
@@ -587,12 +588,12 @@ func (c *tfCluster) start(nd *tfNode) error {
 		return err
 	}
 	tr := noPipeline{nt} // as transport.NewTCP
-	logger := hclog.NewNullLogger()
+	logger := slog.New(slog.DiscardHandler)
 	if lc := c.p.counts[c.name()]; lc != nil {
-		logger = hclog.New(&hclog.LoggerOptions{Name: nd.id, Level: hclog.Debug, Output: lc})
+		logger = slog.New(slog.NewTextHandler(lc, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", nd.id)
 	}
 	if c.p.verbose {
-		logger = hclog.New(&hclog.LoggerOptions{Name: nd.id, Level: hclog.Debug, Output: os.Stderr, TimeFormat: "15:04:05.000000"})
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", nd.id)
 	}
 	el, err := election.New(election.Config{
 		ID: nd.id, Cluster: "failover", DataDir: nd.dir, Transport: tr, Bootstrap: c.boot,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestForgeIsRefused(t *testing.T) {
 	var trs []transport.Transport
 	var boot []election.Server
 	for i := range 3 {
-		tr, err := transport.NewTCP("127.0.0.1:0", "", transport.Config{Logger: hclog.NewNullLogger()})
+		tr, err := transport.NewTCP("127.0.0.1:0", "", transport.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +38,7 @@ func TestForgeIsRefused(t *testing.T) {
 		el, err := election.New(election.Config{
 			ID: boot[i].ID, Cluster: "forge", InMemory: true, Transport: tr, Bootstrap: boot,
 			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
-			Logger: hclog.NewNullLogger(),
+			Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,108 @@
+package election
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/termfence/termfence/transport"
+)
+
+// recordLog collects slog records as parsed JSON.
+type recordLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (r *recordLog) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.buf.Write(p)
+}
+
+func (r *recordLog) records(t *testing.T) []map[string]any {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(r.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestQuietLogs: a healthy three-node cluster on real TCP, every node
+// logging through one slog.Logger at Info (the level a service runs at),
+// starts, elects, takes a membership change and shuts down cleanly, each
+// node in turn with Close. The whole log holds no ERROR record, and
+// nothing from raft at Info: only the election's own few lines.
+func TestQuietLogs(t *testing.T) {
+	var rec recordLog
+	logger := slog.New(slog.NewJSONHandler(&rec, nil)) // slog's default level: Info
+	ids := []string{"q1", "q2", "q3"}
+	var trs []transport.Transport
+	var boot []Server
+	for _, id := range ids {
+		tr, err := transport.NewTCP("127.0.0.1:0", "", transport.Config{Logger: logger.With("node", id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		trs = append(trs, tr)
+		boot = append(boot, Server{ID: id, Addr: string(tr.LocalAddr())})
+	}
+	var els []*Election
+	for i, tr := range trs {
+		el, err := New(Config{
+			ID: ids[i], Cluster: testCluster, DataDir: t.TempDir(), Transport: tr, Bootstrap: boot,
+			Meta:             "http://" + ids[i] + ".test",
+			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
+			Logger: logger.With("node", ids[i]),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		els = append(els, el)
+	}
+	waitFor(t, "a leader followed by all", func() bool {
+		for _, el := range els {
+			if _, err := el.Epoch(); err == nil {
+				for _, o := range els {
+					if o.Status().LeaderID != el.cfg.ID {
+						return false
+					}
+				}
+				return true
+			}
+		}
+		return false
+	})
+	for _, el := range els {
+		if err := el.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	own := map[string]bool{"epoch confirmed": true, "epoch withdrawn": true, "closing: handing leadership over": true}
+	recs := rec.records(t)
+	for _, r := range recs {
+		if r["level"] == "ERROR" {
+			t.Errorf("ERROR on a clean run: %v", r)
+		}
+		if r["level"] == "INFO" && !own[r["msg"].(string)] {
+			t.Errorf("INFO chatter: %v", r)
+		}
+	}
+	if len(recs) == 0 {
+		t.Fatal("nothing was logged: the logger was not used")
+	}
+}

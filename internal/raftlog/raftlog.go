@@ -1,0 +1,234 @@
+// Package raftlog adapts hashicorp's hclog, the logging interface of
+// hashicorp/raft and its transports, onto a log/slog handler, so that
+// termfence's packages take a *slog.Logger and raft logs through it.
+//
+// Guarantees: every hclog call becomes at most one slog record on the
+// given handler, with the hclog name as the "logger" attribute and the
+// hclog arguments as attributes; levels map Trace→slog.LevelDebug-4,
+// Debug→Debug, Warn→Warn, Error→Error, and raft's Info — state-transition
+// chatter on a healthy cluster (entering follower state, pipelining
+// replication, election won) — to LevelInfo, between Debug and Info, so a
+// logger at the usual Info level is quiet while the cluster is healthy.
+// Two kinds of raft ERROR are not this node's failure and are logged lower:
+// a peer that cannot be reached (replication, heartbeat, vote or snapshot
+// RPCs failing: the cluster is built to outlive an unreachable minority, and
+// every peer that shuts down cleanly is one) at Warn, and an error that is
+// net.ErrClosed or raft.ErrTransportShutdown — a connection or transport
+// this process closed, which happens only when it shuts down — at Debug.
+// A leader that learns of a newer term ("peer has newer term, stopping
+// replication": every leadership transfer, every Close of a leader ends so)
+// is a state transition and logged at LevelInfo. hclog arguments named like
+// slog's own keys (time, level, msg, source) get a "raft-" prefix. Non-guarantees: hclog's
+// SetLevel is ignored (the slog handler decides), and records carry no
+// source position.
+package raftlog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// LevelTrace is the slog level of hclog's Trace.
+const LevelTrace = slog.LevelDebug - 4
+
+// LevelInfo is the slog level of hclog's Info: below slog.LevelInfo, above
+// slog.LevelDebug (it prints as DEBUG+2).
+const LevelInfo = slog.LevelDebug + 2
+
+// Level returns the slog level an hclog level is logged at.
+func Level(l hclog.Level) slog.Level {
+	switch l {
+	case hclog.Trace:
+		return LevelTrace
+	case hclog.Debug:
+		return slog.LevelDebug
+	case hclog.Info:
+		return LevelInfo
+	case hclog.Warn:
+		return slog.LevelWarn
+	case hclog.Error:
+		return slog.LevelError
+	case hclog.Off:
+		return slog.LevelError + 1000
+	}
+	return slog.LevelDebug
+}
+
+// New returns an hclog.Logger named name that logs through l. A nil l
+// logs nothing.
+func New(l *slog.Logger, name string) hclog.Logger {
+	if l == nil {
+		l = Discard()
+	}
+	return &logger{h: l.Handler(), name: name}
+}
+
+// Discard returns a *slog.Logger that logs nothing.
+func Discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+type logger struct {
+	h    slog.Handler
+	name string
+	args []any
+}
+
+var _ hclog.Logger = (*logger)(nil)
+
+func (g *logger) Log(level hclog.Level, msg string, args ...any) {
+	lv := Level(level)
+	if level >= hclog.Warn {
+		lv = demote(lv, msg, args)
+	}
+	ctx := context.Background()
+	if !g.h.Enabled(ctx, lv) {
+		return
+	}
+	r := slog.NewRecord(time.Now(), lv, msg, 0)
+	if g.name != "" {
+		r.AddAttrs(slog.String("logger", g.name))
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, ok := args[i].(string); ok && reserved[k] {
+			args = append([]any(nil), args...) // the caller's slice stays as it was
+			for j := i; j+1 < len(args); j += 2 {
+				if k, ok := args[j].(string); ok && reserved[k] {
+					args[j] = "raft-" + k
+				}
+			}
+			break
+		}
+	}
+	r.Add(args...)
+	_ = g.h.Handle(ctx, r)
+}
+
+// reserved are the keys of slog's own attributes.
+var reserved = map[string]bool{slog.TimeKey: true, slog.LevelKey: true, slog.MessageKey: true, slog.SourceKey: true}
+
+// peerFailures are raft's ERROR messages about a peer it cannot reach.
+var peerFailures = map[string]bool{
+	"failed to appendEntries to":              true,
+	"failed to heartbeat to":                  true,
+	"failed to pipeline appendEntries":        true,
+	"failed to start pipeline replication to": true,
+	"failed to make requestVote RPC":          true,
+	"failed to send snapshot to":              true,
+}
+
+// demote returns the level a Warn or Error record is logged at: see the
+// package documentation.
+func demote(lv slog.Level, msg string, args []any) slog.Level {
+	for i := 1; i < len(args); i += 2 {
+		if err, ok := args[i].(error); ok && (errors.Is(err, net.ErrClosed) || errors.Is(err, raft.ErrTransportShutdown)) {
+			return slog.LevelDebug
+		}
+	}
+	if lv >= slog.LevelError && peerFailures[msg] {
+		return slog.LevelWarn
+	}
+	if msg == "peer has newer term, stopping replication" {
+		return LevelInfo
+	}
+	return lv
+}
+
+func (g *logger) Trace(msg string, args ...any) { g.Log(hclog.Trace, msg, args...) }
+func (g *logger) Debug(msg string, args ...any) { g.Log(hclog.Debug, msg, args...) }
+func (g *logger) Info(msg string, args ...any)  { g.Log(hclog.Info, msg, args...) }
+func (g *logger) Warn(msg string, args ...any)  { g.Log(hclog.Warn, msg, args...) }
+func (g *logger) Error(msg string, args ...any) { g.Log(hclog.Error, msg, args...) }
+
+func (g *logger) enabled(l hclog.Level) bool { return g.h.Enabled(context.Background(), Level(l)) }
+
+func (g *logger) IsTrace() bool { return g.enabled(hclog.Trace) }
+func (g *logger) IsDebug() bool { return g.enabled(hclog.Debug) }
+func (g *logger) IsInfo() bool  { return g.enabled(hclog.Info) }
+func (g *logger) IsWarn() bool  { return g.enabled(hclog.Warn) }
+func (g *logger) IsError() bool { return g.enabled(hclog.Error) }
+
+func (g *logger) ImpliedArgs() []any { return g.args }
+
+func (g *logger) With(args ...any) hclog.Logger {
+	r := slog.NewRecord(time.Time{}, 0, "", 0)
+	r.Add(args...)
+	attrs := make([]slog.Attr, 0, r.NumAttrs())
+	r.Attrs(func(a slog.Attr) bool { attrs = append(attrs, a); return true })
+	return &logger{h: g.h.WithAttrs(attrs), name: g.name, args: append(append([]any(nil), g.args...), args...)}
+}
+
+func (g *logger) Name() string { return g.name }
+
+func (g *logger) Named(name string) hclog.Logger {
+	if g.name != "" {
+		name = g.name + "." + name
+	}
+	return &logger{h: g.h, name: name, args: g.args}
+}
+
+func (g *logger) ResetNamed(name string) hclog.Logger {
+	return &logger{h: g.h, name: name, args: g.args}
+}
+
+// SetLevel is ignored: the slog handler decides what is logged.
+func (g *logger) SetLevel(hclog.Level) {}
+
+func (g *logger) GetLevel() hclog.Level {
+	for _, l := range []hclog.Level{hclog.Trace, hclog.Debug, hclog.Info, hclog.Warn, hclog.Error} {
+		if g.enabled(l) {
+			return l
+		}
+	}
+	return hclog.Off
+}
+
+func (g *logger) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logger {
+	return log.New(g.StandardWriter(opts), "", 0)
+}
+
+func (g *logger) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer {
+	w := &writer{g: g, level: hclog.Info}
+	if opts != nil {
+		w.infer = opts.InferLevels || opts.InferLevelsWithTimestamp
+		if opts.ForceLevel != hclog.NoLevel {
+			w.level = opts.ForceLevel
+		}
+	}
+	return w
+}
+
+// writer logs each line written to it, at the level its "[LEVEL]" prefix
+// names when infer is set.
+type writer struct {
+	g     *logger
+	level hclog.Level
+	infer bool
+}
+
+func (w *writer) Write(p []byte) (int, error) {
+	for _, line := range bytes.Split(bytes.TrimRight(p, "\n"), []byte("\n")) {
+		s, l := string(line), w.level
+		if w.infer {
+			for _, c := range []struct {
+				tag string
+				l   hclog.Level
+			}{{"[TRACE]", hclog.Trace}, {"[DEBUG]", hclog.Debug}, {"[INFO]", hclog.Info}, {"[WARN]", hclog.Warn}, {"[ERR]", hclog.Error}, {"[ERROR]", hclog.Error}} {
+				if i := strings.Index(s, c.tag); i >= 0 {
+					s, l = strings.TrimSpace(s[i+len(c.tag):]), c.l
+					break
+				}
+			}
+		}
+		w.g.Log(l, s)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,93 @@
+package raftlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+func records(t *testing.T, b *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestLevelsNamesArgs: hclog levels map onto slog's (raft's Info chatter to
+// Debug), names nest into the "logger" attribute, arguments and implied
+// arguments become attributes, and a handler at Info drops raft's Info.
+func TestLevelsNamesArgs(t *testing.T) {
+	var b bytes.Buffer
+	l := New(slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{Level: LevelTrace})), "election")
+	r := l.Named("raft").With("node", "n1")
+	r.Trace("t")
+	r.Debug("d")
+	r.Info("entering follower state", "term", 3)
+	r.Warn("w")
+	r.Error("e", "error", "boom")
+	got := records(t, &b)
+	want := []struct{ msg, level string }{{"t", "DEBUG-4"}, {"d", "DEBUG"}, {"entering follower state", "DEBUG+2"}, {"w", "WARN"}, {"e", "ERROR"}}
+	if len(got) != len(want) {
+		t.Fatalf("got %d records: %v", len(got), got)
+	}
+	for i, w := range want {
+		if got[i]["msg"] != w.msg || got[i]["level"] != w.level || got[i]["logger"] != "election.raft" || got[i]["node"] != "n1" {
+			t.Errorf("record %d = %v, want %s at %s from election.raft with node=n1", i, got[i], w.msg, w.level)
+		}
+	}
+	if got[2]["term"] != float64(3) || got[4]["error"] != "boom" {
+		t.Errorf("arguments lost: %v %v", got[2], got[4])
+	}
+
+	b.Reset()
+	quiet := New(slog.New(slog.NewJSONHandler(&b, nil)), "raft") // Info
+	quiet.Info("pipelining replication")
+	quiet.Debug("x")
+	if b.Len() != 0 || quiet.IsInfo() || !quiet.IsWarn() || quiet.GetLevel() != hclog.Warn {
+		t.Errorf("an Info handler logged raft's Info: %q (IsInfo %v, GetLevel %v)", b.String(), quiet.IsInfo(), quiet.GetLevel())
+	}
+	quiet.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}).Print("[ERR] raft: broke")
+	if got := records(t, &b); len(got) != 1 || got[0]["level"] != "ERROR" || got[0]["msg"] != "raft: broke" {
+		t.Errorf("standard logger: %v", got)
+	}
+	New(nil, "x").Error("into nothing") // must not panic
+}
+
+// TestDemotions: raft's errors about an unreachable peer are warnings, an
+// error on a connection this process closed is Debug, a real error stays
+// ERROR; arguments named like slog's own keys are renamed.
+func TestDemotions(t *testing.T) {
+	var b bytes.Buffer
+	l := New(slog.New(slog.NewJSONHandler(&b, nil)), "raft")
+	l.Error("failed to heartbeat to", "peer", "127.0.0.1:1", "error", errors.New("connection refused"))
+	l.Error("failed to decode incoming command", "error", fmt.Errorf("read: %w", net.ErrClosed))
+	l.Error("failed to decode incoming command", "error", raft.ErrTransportShutdown)
+	l.Error("peer has newer term, stopping replication", "peer", "n2")
+	l.Error("failed to append to logs", "error", errors.New("disk full"))
+	l.Warn("failed to contact", "server-id", "n2", "time", time.Second)
+	got := records(t, &b)
+	if len(got) != 3 || got[0]["level"] != "WARN" || got[1]["level"] != "ERROR" || got[1]["msg"] != "failed to append to logs" {
+		t.Fatalf("records %v", got)
+	}
+	if _, ok := got[2]["raft-time"]; !ok || got[2]["time"] == float64(time.Second) {
+		t.Errorf("raft's time argument overwrote the record's time: %v", got[2])
+	}
+}
