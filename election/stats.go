@@ -3,6 +3,8 @@ package election
 import (
 	"sync"
 	"time"
+
+	"github.com/termfence/termfence/transport"
 )
 
 // ConfirmBuckets are the upper bounds, in seconds, of Stats.ConfirmLatency's
@@ -29,6 +31,13 @@ type Stats struct {
 
 	// Admission is what the admission layer let through and refused.
 	Admission AdmissionStats
+
+	// Inbound counts what the Raft port did with inbound connections
+	// (accepted, evicted, handshakes failed, idle ones closed, identity
+	// claims refused) when the transport is one from transport.NewTCP
+	// (InboundKnown); the in-memory transport has none.
+	Inbound      transport.InboundStats
+	InboundKnown bool
 }
 
 // Histogram is a distribution over ConfirmBuckets: Counts[i] is the number
@@ -43,6 +52,7 @@ type Histogram struct {
 // Stats returns this node's monitoring figures.
 func (e *Election) Stats() Stats {
 	s := Stats{Term: e.raft.CurrentTerm(), Admission: e.Admission()}
+	s.Inbound, s.InboundKnown = transport.Inbound(e.cfg.Transport)
 	_, s.Leading = e.held()
 	s.Leaderless = e.clock.leaderless(time.Now())
 	e.stats.mu.Lock()

@@ -18,6 +18,13 @@
 //	termfence_election_admission_admitted_total      counter: RPCs the admission layer handed to raft
 //	termfence_election_admission_refused_total       counter, label reason: RPCs it refused
 //
+// and, when the election's transport is one from transport.NewTCP (its Raft
+// port; subsystem "transport"):
+//
+//	termfence_transport_inbound_open                 gauge: inbound Raft connections open now
+//	termfence_transport_inbound_accepted_total       counter: inbound connections accepted
+//	termfence_transport_inbound_dropped_total        counter, label reason="evicted"|"handshake_failed"|"idle_closed"|"claim_refused"
+//
 // # Guarantees
 //
 //   - Values are read from Election.Stats at scrape time: a scrape never

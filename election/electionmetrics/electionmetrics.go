@@ -18,6 +18,7 @@ type Collector struct {
 	el *election.Election
 
 	leader, term, transitions, confirm, leaderless, admitted, refused *prometheus.Desc
+	inOpen, inAccepted, inDropped                                     *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -26,6 +27,9 @@ var _ prometheus.Collector = (*Collector)(nil)
 func NewCollector(el *election.Election) *Collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName("termfence", "election", name), help, labels, nil)
+	}
+	t := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName("termfence", "transport", name), help, labels, nil)
 	}
 	return &Collector{
 		el:          el,
@@ -36,12 +40,15 @@ func NewCollector(el *election.Election) *Collector {
 		leaderless:  d("leaderless_seconds_total", "Time this node knew no leader."),
 		admitted:    d("admission_admitted_total", "Raft RPCs the admission layer handed to raft."),
 		refused:     d("admission_refused_total", "Raft RPCs the admission layer refused, by reason.", "reason"),
+		inOpen:      t("inbound_open", "Inbound Raft connections open now."),
+		inAccepted:  t("inbound_accepted_total", "Inbound Raft connections accepted."),
+		inDropped:   t("inbound_dropped_total", "Inbound Raft connections or RPCs the transport dropped, by reason: evicted (MaxInbound), handshake_failed, idle_closed, claim_refused (an RPC claiming another server than its certificate names).", "reason"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.leader, c.term, c.transitions, c.confirm, c.leaderless, c.admitted, c.refused} {
+	for _, d := range []*prometheus.Desc{c.leader, c.term, c.transitions, c.confirm, c.leaderless, c.admitted, c.refused, c.inOpen, c.inAccepted, c.inDropped} {
 		ch <- d
 	}
 }
@@ -70,6 +77,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.admitted, prometheus.CounterValue, float64(s.Admission.Admitted))
 	for reason, n := range s.Admission.Refused {
 		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(n), reasonLabel(reason.String()))
+	}
+	if in := s.Inbound; s.InboundKnown {
+		ch <- prometheus.MustNewConstMetric(c.inOpen, prometheus.GaugeValue, float64(in.Open))
+		ch <- prometheus.MustNewConstMetric(c.inAccepted, prometheus.CounterValue, float64(in.Accepted))
+		for reason, n := range map[string]uint64{"evicted": in.Evicted, "handshake_failed": in.HandshakeFailed, "idle_closed": in.IdleClosed, "claim_refused": in.ClaimRefused} {
+			ch <- prometheus.MustNewConstMetric(c.inDropped, prometheus.CounterValue, float64(n), reason)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -300,4 +301,69 @@ func TestScrapeAcrossFailover(t *testing.T) {
 		}
 	}
 
+}
+
+// TestInboundDrops: over a transport from NewTCP the Raft port's inbound
+// connections are exported: a stranger that connects and sends nothing is
+// accepted, then dropped when its handshake time runs out, and counted
+// under reason="handshake_failed"; over an in-memory transport there are
+// no transport metrics at all.
+func TestInboundDrops(t *testing.T) {
+	tr, err := transport.NewTCP("127.0.0.1:0", "", transport.Config{HandshakeTimeout: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := string(tr.LocalAddr())
+	el, err := election.New(election.Config{
+		ID: "t1", Cluster: "metrics", InMemory: true, Transport: tr,
+		Bootstrap: []election.Server{{ID: "t1", Addr: addr}}, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer el.Close()
+	reg := prometheus.NewRegistry()
+	electionmetrics.MustRegister(reg, el)
+	if v := value(t, reg, "termfence_transport_inbound_dropped_total", "reason", "handshake_failed"); v != 0 {
+		t.Fatalf("handshake_failed = %v before any connection", v)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for value(t, reg, "termfence_transport_inbound_dropped_total", "reason", "handshake_failed") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a silent stranger's connection was never counted as a failed handshake")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the counter, not waiting for it
+	}
+	if v := value(t, reg, "termfence_transport_inbound_accepted_total"); v < 1 {
+		t.Fatalf("accepted = %v, want >= 1", v)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", problems, err)
+	}
+
+	mem := transport.NewInmem("i1")
+	el2, err := election.New(election.Config{
+		ID: "i1", Cluster: "metrics", InMemory: true, Transport: mem,
+		Bootstrap: []election.Server{{ID: "i1", Addr: "i1"}}, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer el2.Close()
+	reg2 := prometheus.NewRegistry()
+	electionmetrics.MustRegister(reg2, el2)
+	mfs, err := reg2.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "termfence_transport_") {
+			t.Errorf("%s exported over the in-memory transport", mf.GetName())
+		}
+	}
 }
