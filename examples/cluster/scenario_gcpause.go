@@ -93,15 +93,7 @@ func runGCPause(ctx context.Context, e *env) (*summary, error) {
 	pause := time.Since(stopped)
 	endPause()
 	e.tl.say("A "+aID, "kill -CONT %d after %dms (lease %v): it wakes still holding %s's token", a.Process.Pid, pause.Milliseconds(), e.lease(), epA)
-	var after storeStatus
-	err = waitFor(ctx, func() bool {
-		s, err := st.c.status(ctx)
-		if err != nil {
-			return false
-		}
-		after = s
-		return s.RefusedBy[epA.String()] > before.RefusedBy[epA.String()] || s.AcceptedBy[epA.String()] > before.AcceptedBy[epA.String()]
-	})
+	after, err := waitLate(ctx, st, epA, before)
 	if err != nil {
 		return nil, fmt.Errorf("the woken leader never wrote again: %w", err)
 	}
