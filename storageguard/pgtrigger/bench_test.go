@@ -104,7 +104,7 @@ CREATE TRIGGER share BEFORE UPDATE ON bench_share FOR EACH STATEMENT EXECUTE FUN
 			}
 			return inTx(ctx, tx, "UPDATE bench_share SET n = n + 1 WHERE id = 1")
 		}},
-		// The same three round trips: the token rides with BEGIN.
+		// The same three round trips: the token rides in BEGIN's message.
 		{"trigger", func(ctx context.Context) error {
 			tx, err := pgtrigger.Begin(ctx, pool, tok)
 			if err != nil {

@@ -267,6 +267,7 @@ func TestInstallCreatesPgcrypto(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback(ctx)
 	if _, err := tx.Exec(ctx, "INSERT INTO ledger VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
@@ -424,4 +425,87 @@ func TestRefusalFromGo(t *testing.T) {
 	if s := d.pool.Stat(); s.AcquiredConns() != 0 {
 		t.Fatalf("%d connections still acquired after a failed Begin", s.AcquiredConns())
 	}
+}
+
+// TestBeginNeverSplicesHostileTokens: Begin sends a token of the token
+// alphabet inside its BEGIN message and anything else as a parameter. A
+// token built to end the string literal (a quote, or a backslash for a
+// server with standard_conforming_strings off), or too long, or not ASCII,
+// is presented to the guard exactly as given and refused there: no
+// statement hidden in it runs and nothing is written.
+func TestBeginNeverSplicesHostileTokens(t *testing.T) {
+	d := guarded(t)
+	ctx := context.Background()
+	d.exec(t, "CREATE TABLE bystander (id int)")
+	// A second pool whose sessions read backslashes in literals as
+	// escapes, as an old server's configuration would.
+	cfg, err := pgxpool.ParseConfig(d.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["standard_conforming_strings"] = "off"
+	escaping, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer escaping.Close()
+	current := sign(t, key, ep(34, "node-b"))
+	hostile := []string{
+		"x'; DROP TABLE bystander; --",
+		current + "'; DROP TABLE bystander; --",
+		`x\'; DROP TABLE bystander; --`,
+		`x\`,
+		"x';\nDROP TABLE bystander;\n--",
+		"x' || (SELECT 'y') || '",
+		"tf1:hs256:payments/34/node-b:" + strings.Repeat("A", epoch.MaxTokenLen),
+		"tf1:hs256:payments/34/nöde-b:abc",
+		"$$; DROP TABLE bystander; $$",
+	}
+	for _, pool := range []*pgxpool.Pool{d.pool, escaping} {
+		for _, tok := range hostile {
+			tx, err := pgtrigger.Begin(ctx, pool, tok)
+			if err != nil {
+				t.Fatalf("Begin(%q): %v", tok, err)
+			}
+			var presented string
+			if err := tx.QueryRow(ctx, "SELECT current_setting('termfence.token')").Scan(&presented); err != nil {
+				t.Fatal(err)
+			}
+			if presented != tok {
+				t.Errorf("Begin(%q) presented %q", tok, presented)
+			}
+			_, err = tx.Exec(ctx, "UPDATE ledger SET note = 'hostile'")
+			if code := sqlState(err); code != pgtrigger.CodeMalformed && code != pgtrigger.CodeBadSignature {
+				t.Errorf("write under %q: %v, want SQLSTATE %s or %s", tok, err, pgtrigger.CodeMalformed, pgtrigger.CodeBadSignature)
+			}
+			tx.Rollback(ctx)
+		}
+		// Every valid token is sent in the BEGIN message, and works on
+		// either server setting.
+		tx, err := pgtrigger.Begin(ctx, pool, current)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "UPDATE ledger SET note = 'current'"); err != nil {
+			t.Fatalf("write under the current token: %v", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := d.count(t, "SELECT count(*) FROM bystander"); n != 0 {
+		t.Fatalf("bystander has %d rows", n)
+	}
+	if n := d.count(t, "SELECT count(*) FROM ledger WHERE note = 'hostile'"); n != 0 {
+		t.Fatalf("%d hostile writes committed", n)
+	}
+}
+
+// sqlState is the SQLSTATE of a PostgreSQL error in err's chain, or "".
+func sqlState(err error) string {
+	var pe interface{ SQLState() string }
+	if errors.As(err, &pe) {
+		return pe.SQLState()
+	}
+	return ""
 }

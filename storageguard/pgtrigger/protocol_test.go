@@ -1,6 +1,7 @@
 package pgtrigger_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
 	"github.com/termfence/termfence/storageguard/pgfence"
 	"github.com/termfence/termfence/storageguard/pgtrigger"
@@ -126,5 +128,104 @@ func TestWriterWaitingBehindRaiseIsRefused(t *testing.T) {
 	}
 	if n := d.count(t, "SELECT count(*) FROM ledger WHERE note LIKE 'late%'"); n != 0 {
 		t.Fatalf("%d writes under 34 committed after the raise to 35", n)
+	}
+}
+
+// TestFastPathAdmitsTheCurrentEpoch: a write under an authentic token of
+// the resource's highest epoch is admitted by the guard's one-query fast
+// path, without the full verification (counted per transaction by
+// pg_stat_xact_user_functions), with the key without an ID and with one;
+// a raise, a first write under a key ID, and every refusal take the full
+// path. The guard's speed rests on this; its correctness does not (the
+// full path decides the same), so only this test sees the fast path break.
+// (Refusals are raised by the full path alone; a function that raises is
+// not counted, so for them only the SQLSTATE is checked.)
+func TestFastPathAdmitsTheCurrentEpoch(t *testing.T) {
+	d := newDB(t)
+	d.exec(t, "CREATE TABLE ledger (id int PRIMARY KEY, note text NOT NULL)")
+	cfg := d.config("ledger")
+	cfg.HMACKeys = map[string][]byte{"k2": otherKey}
+	d.install(t, cfg)
+	ctx := context.Background()
+	// calls writes under token and returns how often the guard and its
+	// full verification ran in that transaction, and the write's error.
+	calls := func(token string) (guard, verify int, err error) {
+		tx, err := pgtrigger.Begin(ctx, d.pool, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "SET LOCAL track_functions = 'pl'"); err != nil {
+			t.Fatal(err)
+		}
+		// The counts of the session not yet flushed to the shared
+		// statistics: read before and after the write.
+		q := "SELECT coalesce(sum(calls) FILTER (WHERE funcname = 'guard'), 0), coalesce(sum(calls) FILTER (WHERE funcname = 'verify'), 0) FROM pg_stat_xact_user_functions WHERE schemaname = $1"
+		var g0, v0 int
+		if err := tx.QueryRow(ctx, q, d.private).Scan(&g0, &v0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SAVEPOINT w"); err != nil {
+			t.Fatal(err)
+		}
+		_, werr := tx.Exec(ctx, "UPDATE ledger SET note = 'y'")
+		if werr != nil {
+			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT w"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.QueryRow(ctx, q, d.private).Scan(&guard, &verify); err != nil {
+			t.Fatal(err)
+		}
+		guard, verify = guard-g0, verify-v0
+		if werr == nil {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return guard, verify, werr
+	}
+	withID := func(e epoch.Epoch) string {
+		c, err := epoch.NewHMACKeys(epoch.HMACKey{ID: "k2", Secret: otherKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := c.Sign(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	for _, c := range []struct {
+		name   string
+		token  string
+		verify int    // times the full verification runs, when admitted
+		code   string // the refusal's SQLSTATE, or "" when admitted
+	}{
+		{"first write (a raise)", sign(t, key, ep(34, "node-b")), 1, ""},
+		{"the highest epoch", sign(t, key, ep(34, "node-b")), 0, ""},
+		{"the highest epoch again", sign(t, key, ep(34, "node-b")), 0, ""},
+		{"the highest epoch, key k2", withID(ep(34, "node-b")), 0, ""},
+		{"stale", sign(t, key, ep(33, "node-a")), 1, pgtrigger.CodeStale},
+		{"conflicting", sign(t, key, ep(34, "node-x")), 1, pgtrigger.CodeConflict},
+		{"forged", sign(t, bytes.Repeat([]byte("z"), 32), ep(34, "node-b")), 1, pgtrigger.CodeBadSignature},
+		{"a raise to 35", withID(ep(35, "node-c")), 1, ""},
+		{"35 under the key without an ID", sign(t, key, ep(35, "node-c")), 0, ""},
+		{"34 after the raise", sign(t, key, ep(34, "node-b")), 1, pgtrigger.CodeStale},
+	} {
+		guard, verify, err := calls(c.token)
+		if sqlState(err) != c.code {
+			t.Errorf("%s: %v, want SQLSTATE %q", c.name, err, c.code)
+			continue
+		}
+		if c.code != "" {
+			continue // a function that raised is not counted; only the full path raises
+		}
+		if guard != 1 {
+			t.Fatalf("%s: the guard ran %d times, want 1 (are function statistics counted?)", c.name, guard)
+		}
+		if verify != c.verify {
+			t.Errorf("%s: full verification ran %d times, want %d", c.name, verify, c.verify)
+		}
 	}
 }

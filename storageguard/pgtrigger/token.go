@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/termfence/termfence/epoch"
 )
 
 // rollbackTimeout bounds the rollback of a transaction Begin could not
@@ -36,9 +38,19 @@ func Present(ctx context.Context, tx pgx.Tx, token string) error {
 // the round trip of BEGIN: a Go writer that needs no fence of its own
 // writes to guarded tables in it and commits, and the guard does the
 // check. The caller must end the transaction (Commit or Rollback).
+//
+// A token spelled in the token alphabet (every valid token is) travels
+// inside the one simple-protocol message "BEGIN; SET LOCAL ...", as psql
+// would send it: one parse on the server and no more than a plain BEGIN
+// costs. Any other string is sent as a query parameter instead (BEGIN and
+// set_config in one batch), never spliced into SQL, and the guard refuses
+// it at the first write.
 func Begin(ctx context.Context, pool *pgxpool.Pool, token string) (pgx.Tx, error) {
 	if pool == nil {
 		return nil, errors.New("pgtrigger: Begin: nil pool")
+	}
+	if literalSafe(token) {
+		return pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL " + Setting + " = '" + token + "'"})
 	}
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
@@ -59,4 +71,25 @@ func Begin(ctx context.Context, pool *pgxpool.Pool, token string) (pgx.Tx, error
 		return nil, err
 	}
 	return tx, nil
+}
+
+// literalSafe reports whether s is a non-empty string of at most
+// epoch.MaxTokenLen bytes of the token alphabet (docs/TOKEN.md: names
+// [A-Za-z0-9._-], '/', ':', base64url), so that '<s>' is a string literal
+// whatever the server's standard_conforming_strings: no quote, no
+// backslash, nothing a literal could end at or escape with.
+func literalSafe(s string) bool {
+	if s == "" || len(s) > epoch.MaxTokenLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.' || c == '_' || c == '-' || c == '/' || c == ':':
+		default:
+			return false
+		}
+	}
+	return true
 }
