@@ -18,8 +18,9 @@
 //	UPDATE ledger SET …;
 //	COMMIT;
 //
-// In Go, Begin starts such a transaction (the token travels with BEGIN), and
-// Present sets the token inside one already open, such as pgfence's Tx.
+// In Go, Begin starts such a transaction (the token travels in BEGIN's
+// message), and Present sets the token inside one already open, such as
+// pgfence's Tx.
 // Refusal turns a refusal into storageguard's errors (ErrStale, …).
 //
 // # What the guard checks
@@ -52,7 +53,8 @@
 // A refusal aborts the statement (and so the transaction) with one of these
 // SQLSTATEs; stale, conflicting and foreign refusals name the presented and
 // the highest epoch in the message and, one per line, in the DETAIL field.
-// Unauthenticated ones never read the fence, so a forger learns nothing.
+// Unauthenticated ones name nothing of the fence, and how long their check
+// takes does not depend on it, so a forger learns nothing.
 //
 //	TF001  CodeNoToken        no token presented
 //	TF002  CodeMalformed      malformed, over 1024 bytes, term 0 or above the bound
