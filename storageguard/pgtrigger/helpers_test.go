@@ -40,10 +40,17 @@ func ep(term uint64, leader string) epoch.Epoch {
 	return epoch.Epoch{Cluster: cluster, Term: term, Leader: leader}
 }
 
-// sign returns e's HMAC token under k.
+// sign returns e's HMAC token under k, a key without an ID.
 func sign(t testing.TB, k []byte, e epoch.Epoch) string {
 	t.Helper()
-	c, err := epoch.NewHMAC(k)
+	return signKey(t, epoch.HMACKey{Secret: k}, e)
+}
+
+// signKey returns e's HMAC token under k ("tf1:hs256.<ID>:…" if k has an
+// ID).
+func signKey(t testing.TB, k epoch.HMACKey, e epoch.Epoch) string {
+	t.Helper()
+	c, err := epoch.NewHMACKeys(k)
 	if err != nil {
 		t.Fatal(err)
 	}

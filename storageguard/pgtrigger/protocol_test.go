@@ -185,17 +185,7 @@ func TestFastPathAdmitsTheCurrentEpoch(t *testing.T) {
 		}
 		return guard, verify, werr
 	}
-	withID := func(e epoch.Epoch) string {
-		c, err := epoch.NewHMACKeys(epoch.HMACKey{ID: "k2", Secret: otherKey})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tok, err := c.Sign(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
+	withID := func(e epoch.Epoch) string { return signKey(t, epoch.HMACKey{ID: "k2", Secret: otherKey}, e) }
 	for _, c := range []struct {
 		name   string
 		token  string
