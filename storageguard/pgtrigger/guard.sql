@@ -202,7 +202,12 @@ BEGIN
        @fence@ f
   WHERE f.resource = pg_catalog.convert_to(TG_ARGV[0], 'UTF8')
     AND f.cluster = TG_ARGV[1]
-    AND f.term <= @maxterm@ AND pg_catalog.octet_length(f.cluster) <= @maxname@ AND pg_catalog.octet_length(f.leader) <= @maxname@
+    -- The row must hold an epoch termfence could have written: a term in
+    -- 1..@maxterm@, names of 1..@maxname@ bytes of [A-Za-z0-9._-] (a row
+    -- put in by hand is trusted no more than the full path would trust it).
+    AND f.term >= 1 AND f.term <= @maxterm@
+    AND pg_catalog.octet_length(f.cluster) <= @maxname@ AND pg_catalog.octet_length(f.leader) BETWEEN 1 AND @maxname@
+    AND pg_catalog.translate(f.cluster || f.leader, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-', '') = ''
     AND presented.body COLLATE "C" OPERATOR(pg_catalog.=) (f.cluster || '/' || f.term || '/' || f.leader)
   FOR SHARE OF f;
   IF FOUND THEN

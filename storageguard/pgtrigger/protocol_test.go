@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,6 +218,48 @@ func TestFastPathAdmitsTheCurrentEpoch(t *testing.T) {
 		}
 		if verify != c.verify {
 			t.Errorf("%s: full verification ran %d times, want %d", c.name, verify, c.verify)
+		}
+	}
+}
+
+// TestFastPathTrustsOnlyValidRows: the fast path admits a token whose text
+// is exactly its resource's fence row, so it must not trust a row termfence
+// could not have written: one the table's owner inserted by hand with a
+// term of 0 or above the bound, a negative term, a name outside the name
+// alphabet or too long. A token signed with the cluster's key over exactly
+// such a row's text is refused as malformed, as the full path decides.
+func TestFastPathTrustsOnlyValidRows(t *testing.T) {
+	d := newDB(t)
+	long := strings.Repeat("n", epoch.MaxNameLen+1)
+	for i, row := range []struct {
+		term   int64
+		leader string
+	}{
+		{0, "node-a"},
+		{-5, "node-a"},
+		{int64(epoch.MaxTerm) + 1, "node-a"},
+		{7, "node a"},
+		{7, "node/a"},
+		{7, "node:a"},
+		{7, long},
+	} {
+		table := fmt.Sprintf("t%d", i)
+		resource := "r" + table
+		d.exec(t, "CREATE TABLE "+table+" (id int)")
+		cfg := d.config(table)
+		cfg.Resource = resource
+		d.install(t, cfg)
+		d.exec(t, "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES (convert_to($1, 'UTF8'), $2, $3, $4)",
+			resource, cluster, row.term, row.leader)
+		text := fmt.Sprintf("%s/%d/%s", cluster, row.term, row.leader)
+		tx, err := pgtrigger.Begin(context.Background(), d.pool, handSign(key, text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tx.Exec(context.Background(), "INSERT INTO "+table+" VALUES (1)")
+		tx.Rollback(context.Background())
+		if code := sqlState(err); code != pgtrigger.CodeMalformed {
+			t.Errorf("fence row %q, token over that text: %v, want SQLSTATE %s", text, err, pgtrigger.CodeMalformed)
 		}
 	}
 }
