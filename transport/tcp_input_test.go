@@ -8,17 +8,18 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/termfence/termfence/internal/freeport"
 )
 
 // freePort returns a loopback port that was free a moment ago.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // mustBind checks that addr can be listened on, i.e. a failed NewTCP left

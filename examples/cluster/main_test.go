@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/termfence/termfence/internal/freeport"
 )
 
 // bin is the example binary, built once per test run by TestMain.
@@ -175,18 +176,9 @@ func field(content, key string) string {
 // ago (raft addresses must be known before the nodes start, for -bootstrap).
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
-	var lns []net.Listener
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
+	addrs, err := freeport.Addrs(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return addrs
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/internal/freeport"
 )
 
 // runGCPause is the essay's pause for real: three `cluster node` processes
@@ -241,24 +241,7 @@ func (e *env) startNodeProcs(ctx context.Context, storeURL string, lab *labHosts
 
 // freeAddrs returns n loopback addresses that were free a moment ago (the
 // Raft addresses must be known before the nodes start, for -bootstrap).
-func freeAddrs(n int) ([]string, error) {
-	var out []string
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	return out, nil
-}
+func freeAddrs(n int) ([]string, error) { return freeport.Addrs(n) }
 
 func (p *nodeProcs) describe() string {
 	var s []string

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/termfence/termfence/internal/freeport"
 	"github.com/termfence/termfence/internal/netlab"
 )
 
@@ -61,12 +61,8 @@ func BuildForge(ctx context.Context, root, out string) error {
 // -bootstrap) and stay the same across restarts, so ports are chosen up
 // front rather than with port 0.
 func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
-		return "", fmt.Errorf("chaos: pick a port: %w", err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
 		return "", fmt.Errorf("chaos: pick a port: %w", err)
 	}
 	return addr, nil
@@ -197,7 +193,7 @@ func waitFile(ctx context.Context, path string, p *proc) error {
 			return nil
 		}
 		if !p.running() {
-			return fmt.Errorf("chaos: %s exited before writing %s (see %s)", p.name, path, p.logPath)
+			return fmt.Errorf("chaos: %s exited before writing %s (see %s); its log ends:\n%s", p.name, path, p.logPath, logTail(p.logPath, 20))
 		}
 		select {
 		case <-ctx.Done():
@@ -205,4 +201,18 @@ func waitFile(ctx context.Context, path string, p *proc) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// logTail returns the last n lines of the log at path, for an error that
+// must outlive the test's temporary directory.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

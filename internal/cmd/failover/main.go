@@ -67,7 +67,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,6 +82,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/termfence/termfence/election"
+	"github.com/termfence/termfence/internal/freeport"
 )
 
 const (
@@ -486,18 +486,7 @@ func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
 
 // freePorts reserves n loopback addresses (listen on port 0, then release),
 // so nodes can be restarted on the same address.
-func freePorts(n int) ([]string, error) {
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		addrs = append(addrs, ln.Addr().String())
-		_ = ln.Close()
-	}
-	return addrs, nil
-}
+func freePorts(n int) ([]string, error) { return freeport.Addrs(n) }
 
 // waitUntil polls cond every millisecond until it holds or timeout passes.
 func waitUntil(timeout time.Duration, what string, cond func() bool) error {
