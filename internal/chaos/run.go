@@ -342,7 +342,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		logf("violation: seed and details in %s, visualization in %s, history in %s, process logs in %s",
 			filepath.Join(res.FailurePath, "seed.txt"), filepath.Join(res.FailurePath, "history.html"),
-			filepath.Join(res.FailurePath, "history.json"), cfg.Dir)
+			filepath.Join(res.FailurePath, "history.json"), filepath.Join(res.FailurePath, "logs"))
 	}
 	return res, nil
 }
@@ -392,5 +392,32 @@ func writeFailure(cfg Config, res Result, h History) (string, error) {
 	if err := res.Report.Visualize(filepath.Join(dir, "history.html")); err != nil {
 		return dir, err
 	}
+	// The processes' logs live in the test's temporary directory, which
+	// is removed when the test ends: keep a copy with the failure.
+	if err := copyLogs(cfg.Dir, filepath.Join(dir, "logs")); err != nil {
+		return dir, err
+	}
 	return dir, nil
+}
+
+// copyLogs copies the *.log files of dir (the nodes', the store's, the
+// clients') into to.
+func copyLogs(dir, to string) error {
+	logs, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil || len(logs) == 0 {
+		return err
+	}
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(to, filepath.Base(l)), b, 0o644); err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+	}
+	return nil
 }
