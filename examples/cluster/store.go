@@ -263,6 +263,11 @@ type capture struct {
 	body   bytes.Buffer
 }
 
+// Unwrap lets http.ResponseController reach the connection through
+// capture: httpfence's proxy sets the client connection's deadlines and
+// full duplex through it, and without Unwrap both silently fail.
+func (c *capture) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
 func (c *capture) WriteHeader(code int) {
 	if c.status == 0 {
 		c.status = code

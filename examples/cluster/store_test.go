@@ -313,3 +313,27 @@ func TestLoadCodec(t *testing.T) {
 		t.Error("a missing key file was accepted")
 	}
 }
+
+// TestCaptureUnwraps: the store's response recorder passes
+// http.ResponseController through to the connection, so the proxy
+// backends' httpfence proxy can set the client connection's deadlines and
+// full duplex (without Unwrap each call fails with ErrNotSupported, and the
+// proxy runs without its slow-client protection).
+func TestCaptureUnwraps(t *testing.T) {
+	errs := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(&capture{ResponseWriter: w})
+		errs <- errors.Join(rc.EnableFullDuplex(), rc.SetReadDeadline(time.Now().Add(time.Second)),
+			rc.SetWriteDeadline(time.Now().Add(time.Second)))
+	}))
+	defer srv.Close()
+	resp, err := srv.Client().Post(srv.URL, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	srv.Client().CloseIdleConnections()
+	if err := <-errs; err != nil {
+		t.Fatalf("through capture: %v", err)
+	}
+}

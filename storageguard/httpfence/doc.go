@@ -30,7 +30,12 @@
 //     client that trickles its body or does not read the response, so an
 //     older epoch's client delays a newer epoch by at most about the
 //     timeout (plus 100 ms to write a 504). Each cut-off is logged and
-//     counted (ProxyStats).
+//     counted (ProxyStats). The deadlines are set through
+//     http.ResponseController: a middleware in front of the proxy that
+//     wraps the ResponseWriter must give its wrapper an
+//     Unwrap() http.ResponseWriter method, or the proxy cannot set them
+//     (it says so once in ErrorLog and still serves, bounded by Timeout
+//     only on the backend side).
 //   - The backend never sees a token the proxy did not verify: every
 //     spelling of the header that a backend could read as the token
 //     (Fencing_Token, HTTP_FENCING_TOKEN, …) is stripped; the verified one

@@ -114,6 +114,9 @@ type proxy struct {
 	timeout time.Duration
 	stats   *ProxyStats // nil: not counted
 	log     *log.Logger // nil: the log package's standard logger
+	// unbounded is done once the proxy has logged that it could not set
+	// a client connection's deadlines.
+	unbounded sync.Once
 }
 
 // ProxyStats counts what proxies cut off. The zero value is ready; it is
@@ -308,11 +311,14 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	// the response header is written, while the transport may still be
 	// reading it to EOF; the transport then tears down the backend
 	// connection mid-response. HTTP/2 is full duplex already (error).
-	_ = rc.EnableFullDuplex()
-	// Errors: a ResponseWriter that cannot set deadlines (a wrapper
-	// without Unwrap); the backend exchange is still bounded by ctx.
-	_ = rc.SetReadDeadline(deadline)
-	_ = rc.SetWriteDeadline(deadline.Add(writeGrace))
+	// Errors: a ResponseWriter that cannot do this (a wrapper in front of
+	// the proxy without Unwrap); the backend exchange is still bounded by
+	// ctx, but a slow client is not, and the operator hears of it once.
+	if err := errors.Join(rc.EnableFullDuplex(), rc.SetReadDeadline(deadline), rc.SetWriteDeadline(deadline.Add(writeGrace))); err != nil {
+		p.unbounded.Do(func() {
+			p.logf("httpfence: the proxy cannot set the client connection's deadlines (%v): a ResponseWriter wrapper in front of it lacks Unwrap() http.ResponseWriter, so a client that trickles its body or does not read the answer is not cut off at the timeout", err)
+		})
+	}
 	defer func() {
 		// Also when the copy to the client failed and the reverse proxy
 		// aborts the handler (panic(http.ErrAbortHandler)).
@@ -332,11 +338,15 @@ func (p *proxy) cut(ctx context.Context, r *http.Request, took time.Duration) {
 	if a, ok := admissionFrom(ctx); ok {
 		what = fmt.Sprintf("resource %q under %s", a.resource, a.ep)
 	}
-	msg := fmt.Sprintf("httpfence: %s %s for %s from %s cut off at the proxy timeout %v (after %v); its hold on the epoch is released", r.Method, r.URL.Path, what, r.RemoteAddr, p.timeout, took.Round(time.Millisecond))
+	p.logf("httpfence: %s %s for %s from %s cut off at the proxy timeout %v (after %v); its hold on the epoch is released", r.Method, r.URL.Path, what, r.RemoteAddr, p.timeout, took.Round(time.Millisecond))
+}
+
+// logf logs to ProxyConfig.ErrorLog, or the standard logger.
+func (p *proxy) logf(format string, a ...any) {
 	if p.log != nil {
-		p.log.Print(msg)
+		p.log.Printf(format, a...)
 	} else {
-		log.Print(msg)
+		log.Printf(format, a...)
 	}
 }
 

@@ -906,3 +906,77 @@ func TestProxyStripsTokenSpellings(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// bareWriter wraps a ResponseWriter without Unwrap, as a careless
+// middleware in front of the proxy would.
+type bareWriter struct{ http.ResponseWriter }
+
+// unwrapWriter is the same wrapper done right.
+type unwrapWriter struct{ http.ResponseWriter }
+
+func (u unwrapWriter) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+// TestProxyWarnsWhenItCannotBoundClients: behind a ResponseWriter wrapper
+// without Unwrap the proxy cannot set the client connection's deadlines;
+// it still serves, and says so once in its ErrorLog (not per request).
+// Behind a wrapper with Unwrap it says nothing.
+func TestProxyWarnsWhenItCannotBoundClients(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte("ok"))
+	}))
+	defer backend.Close()
+	target, _ := url.Parse(backend.URL)
+	for _, c := range []struct {
+		name  string
+		wrap  func(http.ResponseWriter) http.ResponseWriter
+		lines int
+	}{
+		{"no Unwrap", func(w http.ResponseWriter) http.ResponseWriter { return bareWriter{w} }, 1},
+		{"Unwrap", func(w http.ResponseWriter) http.ResponseWriter { return unwrapWriter{w} }, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newPxEnv(t, http.NotFoundHandler(), httpfence.ProxyConfig{})
+			var logged bytes.Buffer
+			var mu sync.Mutex
+			p := httpfence.NewProxy(e.guard, target, httpfence.ProxyConfig{ErrorLog: log.New(&lockedWriter{w: &logged, mu: &mu}, "", 0)})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				p.ServeHTTP(c.wrap(w), r)
+			}))
+			defer srv.Close()
+			tok := e.token(t, 7, "n1")
+			for range 3 {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/x", strings.NewReader("body"))
+				req.Header.Set(epoch.Header, tok[0])
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || string(b) != "ok" {
+					t.Fatalf("through the wrapper: %d %q", resp.StatusCode, b)
+				}
+			}
+			srv.Client().CloseIdleConnections()
+			mu.Lock()
+			out := logged.String()
+			mu.Unlock()
+			if n := strings.Count(out, "lacks Unwrap"); n != c.lines {
+				t.Fatalf("%d warnings in the error log, want %d:\n%s", n, c.lines, out)
+			}
+		})
+	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
