@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/termfence/termfence/epoch"
 )
@@ -72,14 +74,16 @@ func (c *storeClient) write(ctx context.Context, token string, req writeRequest)
 	if token != "" {
 		r.Header.Set(epoch.Header, token)
 	}
+	var conn httptrace.GotConnInfo
+	r = r.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conn = i }}))
 	resp, err := c.hc.Do(r)
 	if err != nil {
-		return storeAnswer{}, fmt.Errorf("store write: %w", err)
+		return storeAnswer{}, fmt.Errorf("store write (%s): %w", connInfo(conn), err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return storeAnswer{}, fmt.Errorf("store write: reading answer: %w", err)
+		return storeAnswer{}, fmt.Errorf("store write (%s): reading answer: %w", connInfo(conn), err)
 	}
 	return storeAnswer{Status: resp.StatusCode, Body: b}, nil
 }
@@ -120,4 +124,20 @@ func (c *storeClient) getJSON(ctx context.Context, path string, v any) error {
 		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(b)))
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// connInfo describes the connection a failed write used, for the error:
+// a reused keep-alive connection that the store closed while it sat idle
+// fails differently from a fresh one.
+func connInfo(i httptrace.GotConnInfo) string {
+	switch {
+	case i.Conn == nil:
+		return "no connection"
+	case !i.Reused:
+		return "new connection " + i.Conn.LocalAddr().String()
+	case i.WasIdle:
+		return fmt.Sprintf("reused connection %s, idle %v", i.Conn.LocalAddr(), i.IdleTime.Round(time.Millisecond))
+	default:
+		return "reused connection " + i.Conn.LocalAddr().String()
+	}
 }
