@@ -310,7 +310,7 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	// Without full duplex, the server closes the request body as soon as
 	// the response header is written, while the transport may still be
 	// reading it to EOF; the transport then tears down the backend
-	// connection mid-response. HTTP/2 is full duplex already (error).
+	// connection mid-response. (HTTP/2 always is full duplex.)
 	// Errors: a ResponseWriter that cannot do this (a wrapper in front of
 	// the proxy without Unwrap); the backend exchange is still bounded by
 	// ctx, but a slow client is not, and the operator hears of it once.

@@ -919,7 +919,7 @@ func (u unwrapWriter) Unwrap() http.ResponseWriter { return u.ResponseWriter }
 // TestProxyWarnsWhenItCannotBoundClients: behind a ResponseWriter wrapper
 // without Unwrap the proxy cannot set the client connection's deadlines;
 // it still serves, and says so once in its ErrorLog (not per request).
-// Behind a wrapper with Unwrap it says nothing.
+// Behind a wrapper with Unwrap it says nothing, over HTTP/1.1 or HTTP/2.
 func TestProxyWarnsWhenItCannotBoundClients(t *testing.T) {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -930,19 +930,30 @@ func TestProxyWarnsWhenItCannotBoundClients(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		wrap  func(http.ResponseWriter) http.ResponseWriter
+		h2    bool
 		lines int
 	}{
-		{"no Unwrap", func(w http.ResponseWriter) http.ResponseWriter { return bareWriter{w} }, 1},
-		{"Unwrap", func(w http.ResponseWriter) http.ResponseWriter { return unwrapWriter{w} }, 0},
+		{"no Unwrap", func(w http.ResponseWriter) http.ResponseWriter { return bareWriter{w} }, false, 1},
+		{"Unwrap", func(w http.ResponseWriter) http.ResponseWriter { return unwrapWriter{w} }, false, 0},
+		{"Unwrap, HTTP/2", func(w http.ResponseWriter) http.ResponseWriter { return unwrapWriter{w} }, true, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newPxEnv(t, http.NotFoundHandler(), httpfence.ProxyConfig{})
 			var logged bytes.Buffer
 			var mu sync.Mutex
 			p := httpfence.NewProxy(e.guard, target, httpfence.ProxyConfig{ErrorLog: log.New(&lockedWriter{w: &logged, mu: &mu}, "", 0)})
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if c.h2 && r.ProtoMajor != 2 {
+					t.Errorf("request over %s, want HTTP/2", r.Proto)
+				}
 				p.ServeHTTP(c.wrap(w), r)
 			}))
+			if c.h2 {
+				srv.EnableHTTP2 = true
+				srv.StartTLS()
+			} else {
+				srv.Start()
+			}
 			defer srv.Close()
 			tok := e.token(t, 7, "n1")
 			for range 3 {
