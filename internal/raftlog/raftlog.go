@@ -129,7 +129,7 @@ var peerFailures = map[string]bool{
 // package documentation.
 func demote(lv slog.Level, msg string, args []any) slog.Level {
 	for i := 1; i < len(args); i += 2 {
-		if err, ok := args[i].(error); ok && (errors.Is(err, net.ErrClosed) || errors.Is(err, raft.ErrTransportShutdown)) {
+		if err, ok := args[i].(error); ok && closedHere(err) {
 			return slog.LevelDebug
 		}
 	}
@@ -140,6 +140,25 @@ func demote(lv slog.Level, msg string, args []any) slog.Level {
 		return LevelInfo
 	}
 	return lv
+}
+
+// closedHere reports whether err comes from a connection this process
+// closed (or a transport it shut down). Raft's msgpack codec wraps the
+// read error in its own type, which offers the cause through Cause() but
+// not Unwrap ("msgpack decode error [pos 7]: set tcp …: use of closed
+// network connection"): the chain is followed through both.
+func closedHere(err error) bool {
+	for depth := 0; err != nil && depth < 16; depth++ {
+		if errors.Is(err, net.ErrClosed) || errors.Is(err, raft.ErrTransportShutdown) {
+			return true
+		}
+		c, ok := err.(interface{ Cause() error })
+		if !ok {
+			return false
+		}
+		err = c.Cause()
+	}
+	return false
 }
 
 func (g *logger) Trace(msg string, args ...any) { g.Log(hclog.Trace, msg, args...) }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 )
 
@@ -80,6 +81,14 @@ func TestDemotions(t *testing.T) {
 	l.Error("failed to heartbeat to", "peer", "127.0.0.1:1", "error", errors.New("connection refused"))
 	l.Error("failed to decode incoming command", "error", fmt.Errorf("read: %w", net.ErrClosed))
 	l.Error("failed to decode incoming command", "error", raft.ErrTransportShutdown)
+	// What raft's codec returns when the inbound connection is closed under
+	// it during shutdown (its error has Cause, not Unwrap).
+	var v map[string]any
+	decErr := codec.NewDecoder(failingReader{&net.OpError{Op: "set", Net: "tcp", Err: net.ErrClosed}}, &codec.MsgpackHandle{}).Decode(&v)
+	if decErr == nil || errors.Is(decErr, net.ErrClosed) {
+		t.Fatalf("the codec's error %v: want one that hides net.ErrClosed from errors.Is", decErr)
+	}
+	l.Error("failed to decode incoming command", "error", decErr)
 	l.Error("peer has newer term, stopping replication", "peer", "n2")
 	l.Error("failed to append to logs", "error", errors.New("disk full"))
 	l.Warn("failed to contact", "server-id", "n2", "time", time.Second)
@@ -91,3 +100,8 @@ func TestDemotions(t *testing.T) {
 		t.Errorf("raft's time argument overwrote the record's time: %v", got[2])
 	}
 }
+
+// failingReader fails every read with err.
+type failingReader struct{ err error }
+
+func (f failingReader) Read([]byte) (int, error) { return 0, f.err }
