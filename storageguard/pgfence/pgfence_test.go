@@ -280,8 +280,9 @@ func TestPgfenceSessionKilledUnderDo(t *testing.T) {
 // idle_in_transaction_session_timeout shorter than the write does not end
 // the session that holds a Do's lock.
 func TestPgfenceIdleTimeoutUnderDo(t *testing.T) {
-	dsn := sqltest.WithParams(t, sqltest.PostgresDSN(t), "idle_in_transaction_session_timeout", "100")
-	sqltest.IdleTimeoutHolds(t, openPgfence(t, openPgxPool(t, dsn, nil)), 100*time.Millisecond)
+	plain := sqltest.PostgresDSN(t)
+	dsn := sqltest.WithParams(t, plain, "idle_in_transaction_session_timeout", "100")
+	sqltest.IdleTimeoutHolds(t, openPgfence(t, openPgxPool(t, dsn, nil)), openPgfence(t, openPgxPool(t, plain, nil)), 100*time.Millisecond)
 }
 
 // TestPgfenceTxCancelHolds: Tx keeps its transaction, and with it the

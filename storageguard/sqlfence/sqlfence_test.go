@@ -176,8 +176,10 @@ func TestPostgresSessionKilledUnderDo(t *testing.T) {
 // idle_in_transaction_session_timeout shorter than the write does not end
 // the session that holds a Do's lock.
 func TestPostgresIdleTimeoutUnderDo(t *testing.T) {
-	dsn := sqltest.WithParams(t, sqltest.PostgresDSN(t), "idle_in_transaction_session_timeout", "100")
-	sqltest.IdleTimeoutHolds(t, open(t, sqltest.OpenPostgres(t, dsn), sqlfence.Postgres), 100*time.Millisecond)
+	plain := sqltest.PostgresDSN(t)
+	dsn := sqltest.WithParams(t, plain, "idle_in_transaction_session_timeout", "100")
+	sqltest.IdleTimeoutHolds(t, open(t, sqltest.OpenPostgres(t, dsn), sqlfence.Postgres),
+		open(t, sqltest.OpenPostgres(t, plain), sqlfence.Postgres), 100*time.Millisecond)
 }
 
 // TestSQLiteTxCancelHolds and TestPostgresTxCancelHolds: Tx keeps its

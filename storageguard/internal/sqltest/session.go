@@ -96,17 +96,21 @@ func FenceLost(t *testing.T, f storageguard.Fence, kill func(context.Context) (i
 // after idleTimeout idle in a transaction
 // (idle_in_transaction_session_timeout, WithParams): a Do whose write runs
 // six times that long keeps its lock all along (a newer epoch waits), and
-// returns the write's nil.
-func IdleTimeoutHolds(t *testing.T, f storageguard.Fence, idleTimeout time.Duration) {
+// returns the write's nil. The raises go through raiser, a fence on the
+// same table over sessions without that timeout: the fault is aimed at the
+// Do's session alone (a raise's own transaction, on a loaded machine, can
+// sit between two statements longer than a 100 ms timeout, and its
+// session's end would be a failure of the test's making).
+func IdleTimeoutHolds(t *testing.T, f, raiser storageguard.Fence, idleTimeout time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	older, newer := ep(33, "a"), ep(34, "b")
-	if err := f.Admit(ctx, "r", older); err != nil {
+	if err := raiser.Admit(ctx, "r", older); err != nil {
 		t.Fatal(err)
 	}
 	raised := make(chan error, 1)
 	err := f.Do(ctx, "r", older, func(context.Context) error {
-		go func() { raised <- f.Admit(ctx, "r", newer) }()
+		go func() { raised <- raiser.Admit(ctx, "r", newer) }()
 		// The injected fault: the write stalls well past the server's
 		// idle-in-transaction timeout.
 		select {
