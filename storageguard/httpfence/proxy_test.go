@@ -939,9 +939,8 @@ func TestProxyWarnsWhenItCannotBoundClients(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newPxEnv(t, http.NotFoundHandler(), httpfence.ProxyConfig{})
-			var logged bytes.Buffer
-			var mu sync.Mutex
-			p := httpfence.NewProxy(e.guard, target, httpfence.ProxyConfig{ErrorLog: log.New(&lockedWriter{w: &logged, mu: &mu}, "", 0)})
+			var logged syncBuffer
+			p := httpfence.NewProxy(e.guard, target, httpfence.ProxyConfig{ErrorLog: log.New(&logged, "", 0)})
 			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if c.h2 && r.ProtoMajor != 2 {
 					t.Errorf("request over %s, want HTTP/2", r.Proto)
@@ -970,24 +969,10 @@ func TestProxyWarnsWhenItCannotBoundClients(t *testing.T) {
 				}
 			}
 			srv.Client().CloseIdleConnections()
-			mu.Lock()
 			out := logged.String()
-			mu.Unlock()
 			if n := strings.Count(out, "lacks Unwrap"); n != c.lines {
 				t.Fatalf("%d warnings in the error log, want %d:\n%s", n, c.lines, out)
 			}
 		})
 	}
-}
-
-// lockedWriter serializes writes to w.
-type lockedWriter struct {
-	w  io.Writer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }
