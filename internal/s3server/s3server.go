@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -173,14 +174,29 @@ func start(ctx context.Context, bin, dir, addr string) (*Server, error) {
 		_, _ = io.Copy(io.Discard, out)
 		_ = s.cmd.Wait()
 	}()
-	select {
-	case <-ready:
-		return s, nil
-	case <-s.done:
-		return nil, fmt.Errorf("s3server: versitygw on %s exited before listening: %s", addr, s.Log())
-	case <-ctx.Done():
-		s.Close()
-		return nil, fmt.Errorf("s3server: waiting for versitygw to listen on %s: %w", addr, ctx.Err())
+	// The banner comes before the listener is bound: after it, dial until
+	// a connection is taken (or the process exits, or ctx ends).
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ready:
+			ready = nil
+		case <-s.done:
+			return nil, fmt.Errorf("s3server: versitygw on %s exited before listening: %s", addr, s.Log())
+		case <-ctx.Done():
+			s.Close()
+			return nil, fmt.Errorf("s3server: waiting for versitygw to listen on %s: %w", addr, ctx.Err())
+		case <-tick.C:
+			if ready != nil {
+				continue
+			}
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				c.Close()
+				return s, nil
+			}
+		}
 	}
 }
 
