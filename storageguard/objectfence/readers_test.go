@@ -42,11 +42,11 @@ func TestGetDuringWrites(t *testing.T) {
 		}()
 	}
 	w := newStore(t, nil, nil)
-	for i := 1; i <= 150 && !t.Failed(); i++ {
+	for i := 1; i <= 60 && !t.Failed(); i++ {
 		term := uint64(1 + i/10)
 		mustPut(t, w, k, fmt.Sprintf("t%d %d", term, i), ep("c", term, "a"))
 	}
 	stop.Store(true)
 	wg.Wait()
-	t.Logf("%d reads during 150 writes", gets.Load())
+	t.Logf("%d reads during 60 writes", gets.Load())
 }
