@@ -21,6 +21,9 @@
 //     guards a table against every client (psql, batch jobs, other
 //     languages) with pgfence's table and lock protocol;
 //   - storageguard/httpfence: a fencing HTTP proxy and middleware;
+//   - storageguard/objectfence: fenced writes to an S3-compatible object
+//     store, each a conditional PUT (its own API, not a Fence: the store
+//     holds no lock across a write);
 //   - storageguard/fencetest: the conformance suite every fence passes.
 //
 // # Guarantees

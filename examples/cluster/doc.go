@@ -10,7 +10,8 @@
 //	cluster -scenario list            the cases: paused, short-pause,
 //	                                  audit-log, restart, two-resources,
 //	                                  half-done, stale-read, efficiency,
-//	                                  gc-pause, lab
+//	                                  gc-pause, lab, object-store (a
+//	                                  versitygw S3 server, objectfence)
 //	cluster -lab                      = -scenario lab: three machines, each
 //	                                  a Linux network namespace (root only)
 //	cluster node  [flags]             one Raft node per process, with its

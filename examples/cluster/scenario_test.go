@@ -163,6 +163,9 @@ func TestScenarios(t *testing.T) {
 			}},
 		{"every-write-path-api-only", []string{"-scenario", "every-write-path", "-api-only"}, want{"guarded": "false", "api_refused": "1", "batch_current_accepted": "1", "batch_stale_landed": "2", "batch_refused": "0", "batch_codes": "none", "lost": "1", "data": "[v0,A,batch]", "ok": "false"}, checkAB("the API was fenced, the batch job was not")},
 		{"paused-postgres-trigger", []string{"-scenario", "paused", "-backend", "postgres-trigger"}, want{"fenced": "true", "refused": "1", "lost": "0", "data": "[v0,B]", "ok": "true"}, checkAB("(SQLSTATE TF006)")},
+		// An S3 object store (versitygw; skipped, saying so, without it).
+		{"object-store", []string{"-scenario", "object-store"}, want{"fenced": "true", "refused": "1", "lost": "0", "data": "[v0,B]", "ok": "true"}, checkAB("the store answers 412; objectfence reads again: REFUSED")},
+		{"object-store-unfenced", []string{"-scenario", "object-store", "-unfenced"}, want{"fenced": "false", "refused": "0", "lost": "1", "data": "[v0,A]", "ok": "false"}, checkAB("B's update is LOST")},
 		// The lab scenario (needs root: skipped otherwise); the fenced run
 		// is TestLabCommand's, through -lab.
 		{"lab-unfenced", []string{"-scenario", "lab", "-unfenced"}, want{"fenced": "false", "refused_paused": "0", "refused_partitioned": "0", "lost": "2", "ok": "false"},
@@ -190,6 +193,9 @@ func TestScenarios(t *testing.T) {
 			}
 			if c.args[1] == "lab" {
 				netlabtest.Require(t)
+			}
+			if c.args[1] == "object-store" {
+				needVersitygw(t)
 			}
 			args := append([]string{testScenarioHeartbeat}, c.args...)
 			m, out := runScenario(t, args...)

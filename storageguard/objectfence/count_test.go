@@ -1,0 +1,5 @@
+package objectfence_test
+
+import "sync/atomic"
+
+type atomicCount = atomic.Int64

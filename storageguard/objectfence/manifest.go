@@ -1,0 +1,126 @@
+package objectfence
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/termfence/termfence/epoch"
+)
+
+// A data object's name is prefix + "<term>.<nonce>": the term as 20
+// decimal digits (so names sort by term), a dot, 32 lowercase hex digits.
+const (
+	termDigits = 20
+	dataSuffix = termDigits + 1 + 2*nonceLen
+)
+
+// PutData writes body as a new immutable data object under prefix, with a
+// unique name that carries the writer's term, and returns its key. It
+// verifies token but fences nothing: a new name has nothing to be fenced
+// against. The object is invisible until a Commit of the manifest names it;
+// a deposed writer's Commit is refused, so what it uploaded stays garbage,
+// which Garbage lists.
+func (s *Store) PutData(ctx context.Context, prefix string, body []byte, token string) (string, error) {
+	var n [nonceLen]byte
+	if _, err := crand.Read(n[:]); err != nil {
+		return "", fmt.Errorf("objectfence: nonce: %w", err)
+	}
+	ep, err := s.guard.Verify(prefix, token)
+	if err != nil {
+		return "", err
+	}
+	key := prefix + fmt.Sprintf("%0*d.%s", termDigits, ep.Term, hex.EncodeToString(n[:]))
+	if err := validKey(key); err != nil {
+		return "", err
+	}
+	data := encode(ep, n, kindData, body)
+	_, err = s.api.PutObject(ctx, &s3.PutObjectInput{
+		Bucket:        aws.String(s.bucket),
+		Key:           aws.String(key),
+		Body:          bytes.NewReader(data),
+		ContentLength: aws.Int64(int64(len(data))),
+		Metadata:      map[string]string{MetaEpoch: ep.String()},
+		IfNoneMatch:   aws.String("*"),
+	})
+	if err != nil {
+		return "", fmt.Errorf("objectfence: put data %q: %w", key, err)
+	}
+	return key, nil
+}
+
+// Garbage lists the data objects under prefix that no manifest can ever
+// name: those written by PutData under a term older than committed (the
+// epoch of the manifest now in the store, as Get returns it) and for which
+// referenced (the committed manifest's own list) returns false. A writer
+// of an older term can no longer Commit, so such an object stays invisible
+// for good and may be deleted. Objects of the committed term or newer are
+// never listed (their writer may still commit them), nor are keys not
+// named as PutData names them.
+//
+// The listing is the store's and may be incomplete on a store whose
+// listings are eventually consistent; what it misses is found by a later
+// call. Only what is listed is garbage: liveness is decided by the manifest,
+// never by a listing.
+func (s *Store) Garbage(ctx context.Context, prefix string, committed epoch.Epoch, referenced func(key string) bool) ([]string, error) {
+	var (
+		out   []string
+		token *string
+	)
+	for {
+		page, err := s.api.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
+			Bucket: aws.String(s.bucket), Prefix: aws.String(prefix), ContinuationToken: token,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("objectfence: list %q: %w", prefix, err)
+		}
+		for _, o := range page.Contents {
+			key := aws.ToString(o.Key)
+			term, ok := dataTerm(prefix, key)
+			if !ok || term >= committed.Term || (referenced != nil && referenced(key)) {
+				continue
+			}
+			out = append(out, key)
+		}
+		if !aws.ToBool(page.IsTruncated) || page.NextContinuationToken == nil {
+			return out, nil
+		}
+		token = page.NextContinuationToken
+	}
+}
+
+// dataTerm parses the term out of a data object's key, false if the key is
+// not named as PutData names them. Keys come from a listing: untrusted.
+func dataTerm(prefix, key string) (uint64, bool) {
+	if !strings.HasPrefix(key, prefix) || len(key)-len(prefix) != dataSuffix {
+		return 0, false
+	}
+	rest := key[len(prefix):]
+	if rest[termDigits] != '.' {
+		return 0, false
+	}
+	for i := 0; i < termDigits; i++ {
+		if rest[i] < '0' || rest[i] > '9' {
+			return 0, false
+		}
+	}
+	term, err := strconv.ParseUint(rest[:termDigits], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	nonce := rest[termDigits+1:]
+	if strings.ToLower(nonce) != nonce {
+		return 0, false
+	}
+	if _, err := hex.DecodeString(nonce); err != nil {
+		return 0, false
+	}
+	return term, true
+}
