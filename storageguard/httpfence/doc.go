@@ -61,8 +61,9 @@
 //     resource and both epochs.
 //   - Reads are fenced only if they carry a token (ProxyConfig.UnfencedReads
 //     lets plain GET and HEAD without one through: no body, no method
-//     override); a read admitted under an epoch can be stale by the time
-//     the client uses it.
+//     override, no protocol upgrade — Upgrade, Connection: upgrade and
+//     CONNECT are writes); a read admitted under an epoch can be stale by
+//     the time the client uses it.
 //   - Over an SQL fence, a write is as safe as the database session that
 //     holds the lock (see storageguard/sqlfence): a session lost while the
 //     request was served is logged (storageguard.ErrFenceLost; the response

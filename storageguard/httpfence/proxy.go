@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,7 +75,10 @@ type ProxyConfig struct {
 	// or Transfer-Encoding) or with a method-override header
 	// (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, in any
 	// spelling) may be a write to the backend, and needs a token like any
-	// request. A GET or HEAD that does carry a token is fenced like any
+	// request; so does one that asks for a protocol upgrade (an Upgrade
+	// header, or a Connection header naming upgrade, in any spelling: the
+	// upgraded connection is a raw channel to the backend), and CONNECT.
+	// A GET or HEAD that does carry a token is fenced like any
 	// request. False (the default): a request without a token is refused
 	// with 401.
 	UnfencedReads bool
@@ -487,7 +491,11 @@ func (p *proxy) logf(format string, a ...any) {
 }
 
 // plainRead reports whether r may go through unfenced under UnfencedReads:
-// a GET or HEAD with no body and no method override.
+// a GET or HEAD with no body, no method override and no protocol upgrade.
+// An upgrade (an Upgrade header, or a Connection header that names
+// upgrade, in any spelling) turns the request into a raw channel to the
+// backend that carries whatever the client sends: it is a write. CONNECT
+// is no GET.
 func plainRead(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
@@ -495,10 +503,16 @@ func plainRead(r *http.Request) bool {
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 		return false
 	}
-	for k := range r.Header {
+	for k, vs := range r.Header {
 		switch headerKey(k) {
-		case "X_HTTP_METHOD_OVERRIDE", "X_HTTP_METHOD", "X_METHOD_OVERRIDE":
+		case "X_HTTP_METHOD_OVERRIDE", "X_HTTP_METHOD", "X_METHOD_OVERRIDE", "UPGRADE":
 			return false
+		case "CONNECTION":
+			for _, v := range vs {
+				if strings.Contains(strings.ToLower(v), "upgrade") {
+					return false
+				}
+			}
 		}
 	}
 	return true
