@@ -49,8 +49,9 @@
 //
 //   - A request that reaches the resource around the proxy is unfenced
 //     (I7): the proxy must be its only path.
-//   - With no Verifier (or epoch.Plain) nothing is authenticated: anyone
-//     who can reach the proxy can present any epoch.
+//   - With epoch.Plain as the Guard's Verifier nothing is authenticated:
+//     anyone who can reach the proxy can present any epoch. (A Guard with
+//     no Verifier at all refuses every token: 401, ErrNoVerifier.)
 //   - Fencing refuses; it does not undo. A backend that keeps working on a
 //     request after the proxy cut it off at the timeout may still apply it,
 //     possibly after a newer epoch was admitted: set the timeout above the
