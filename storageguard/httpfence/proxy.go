@@ -445,7 +445,29 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			p.cut(ctx, r, time.Since(start))
 		}
 	}()
-	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	out := r.WithContext(ctx)
+	if r.Body != nil && r.Body != http.NoBody {
+		out.Body = errorDropsBody{r.Body}
+	}
+	p.rp.ServeHTTP(w, out)
+}
+
+// errorDropsBody is a request body that forwards nothing of a read that
+// ended in an error: net/http's chunked reader returns the data of a chunk
+// together with the framing error found right after it (a chunk extension
+// with a quoted line break makes it take the bytes after the break as the
+// chunk's data), and those bytes are garbage. Data returned by an earlier,
+// successful read (the chunk's data arrived before the bytes that break the
+// framing) has been forwarded already; the backend then sees the body cut
+// off, never ended.
+type errorDropsBody struct{ io.ReadCloser }
+
+func (b errorDropsBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		return 0, err
+	}
+	return n, err
 }
 
 // hold keeps the request's hold on its epoch until deadline: the backend
