@@ -54,7 +54,11 @@ type ProxyConfig struct {
 	// and counted (Stats). A client that goes away does not cancel the
 	// backend request: the proxy waits for the backend's answer (or the
 	// timeout), so that a newer epoch is not forwarded while the backend may
-	// still be working on the older request. Zero: DefaultProxyTimeout.
+	// still be working on the older request; if the exchange fails after
+	// some of the request may have reached the backend (the client went
+	// away mid-body, the backend connection broke), nothing says the
+	// backend is done, and the hold lasts until the timeout (ProxyStats
+	// counts these as Held). Zero: DefaultProxyTimeout.
 	// Negative is invalid.
 	Timeout time.Duration
 	// Stats, if set, counts the requests the proxy cut off at Timeout.
@@ -165,7 +169,8 @@ func (s *ProxyStats) TimedOut() uint64 { return s.timedOut.Load() }
 // 502, one that does not answer within the timeout 504; if it fails after
 // the response header was sent, the client connection is aborted. A
 // protocol upgrade (WebSocket) is forwarded like any request and holds its
-// epoch until the upgraded connection closes or is cut off at the timeout.
+// epoch until the backend closes the upgraded connection; if the client
+// closes it first, or the timeout cuts it off, until the timeout.
 //
 // NewProxy never panics: a Guard that cannot work (g.Err), a nil or
 // relative target or an invalid cfg gives a handler that answers every
