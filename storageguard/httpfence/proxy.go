@@ -138,7 +138,8 @@ type ProxyStats struct {
 }
 
 // Held returns how many requests the proxy held until ProxyConfig.Timeout
-// because the backend may still have been acting on them: some of the
+// (after they ended, and not counted in TimedOut) because the backend may
+// still have been acting on them: some of the
 // request may have reached the backend and it did not answer in full (the
 // client went away mid-request, the backend connection broke).
 func (s *ProxyStats) Held() uint64 { return s.held.Load() }
@@ -439,15 +440,15 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	defer func() {
 		// Also when the copy to the client failed and the reverse proxy
 		// aborts the handler (panic(http.ErrAbortHandler)).
-		if ex.mayAct() {
+		switch {
+		case !time.Now().Before(deadline):
+			p.cut(ctx, r, time.Since(start))
+		case ex.mayAct():
 			// The client went away mid-request, or the backend connection
 			// broke, while the backend may have (part of) the request
 			// and may still act on it: the connection to it is closed,
 			// so only the timeout says it is done. Hold until then.
 			p.hold(ctx, r, ex, deadline)
-		}
-		if !time.Now().Before(deadline) {
-			p.cut(ctx, r, time.Since(start))
 		}
 	}()
 	out := r.WithContext(ctx)
