@@ -66,7 +66,9 @@
 //     leader writes leaves partial updates on the other.
 //   - [Memory] is not durable: a restarted process admits a deposed leader
 //     again.
-//   - With no Verifier (or [epoch.Plain]) a Guard authenticates nothing.
+//   - With [epoch.Plain] as its Verifier a Guard authenticates nothing;
+//     that must be asked for: a Guard with no Verifier refuses every token
+//     ([ErrNoVerifier]).
 //   - A fence that decides outside the process is as strong as what holds
 //     its lock. Over SQL (storageguard/sqlfence, storageguard/pgfence), Do's
 //     write runs outside the database while a database session holds the

@@ -23,6 +23,11 @@ var (
 	// ErrUnauthenticated is returned by a Guard for a token that is missing,
 	// unsigned or whose signature does not verify.
 	ErrUnauthenticated = errors.New("storageguard: unauthenticated token")
+	// ErrNoVerifier is returned by a Guard built without a Verifier for
+	// every token it is given: an unverified Guard must be asked for
+	// (GuardConfig.Verifier = epoch.Plain()), not defaulted to. It matches
+	// ErrUnauthenticated.
+	ErrNoVerifier = fmt.Errorf("%w: the Guard has no Verifier (set GuardConfig.Verifier; epoch.Plain() accepts tokens unauthenticated)", ErrUnauthenticated)
 	// ErrBadResource is returned for an empty resource name or one longer
 	// than MaxResourceLen.
 	ErrBadResource = errors.New("storageguard: bad resource name")

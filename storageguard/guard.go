@@ -10,8 +10,8 @@ import (
 	"github.com/termfence/termfence/epoch"
 )
 
-// GuardConfig configures a Guard. The zero value is valid but authenticates
-// nothing; see Verifier.
+// GuardConfig configures a Guard. The zero value is valid but refuses every
+// token: a Guard needs a Verifier; see Verifier.
 type GuardConfig struct {
 	// Cluster is the election group whose tokens the Guard admits. A token of
 	// another cluster is refused with a *ForeignError (ErrForeignCluster)
@@ -19,12 +19,15 @@ type GuardConfig struct {
 	// fence's own, which refuses an epoch of another cluster than the one it
 	// first accepted for the resource.
 	Cluster string
-	// Verifier turns tokens into epochs. Nil means epoch.Plain(), which checks
-	// the form only and verifies nothing: any client can then present any
+	// Verifier turns tokens into epochs. Use epoch.NewHMAC or
+	// epoch.NewEd25519Verifier wherever tokens cross a trust boundary.
+	// Accepting tokens unauthenticated is a choice to spell out:
+	// epoch.Plain() checks the form only and verifies nothing (it takes even
+	// a signed token at its word), so any client can then present any
 	// epoch, including a forged huge term that locks real leaders out for
-	// good. NewGuard logs a warning (slog.Default) when Verifier is nil. Use
-	// epoch.NewHMAC or epoch.NewEd25519Verifier wherever tokens cross a trust
-	// boundary.
+	// good. Nil (or a nil pointer) is no choice: the Guard refuses every
+	// token with ErrNoVerifier (which matches ErrUnauthenticated), and
+	// NewGuard logs a warning (slog.Default).
 	Verifier epoch.Verifier
 	// OnRefuse, if set, is called with every token the Guard refuses before
 	// the fence is touched (missing, unsigned or badly signed, malformed, of
@@ -69,11 +72,29 @@ func NewGuard(f Fence, cfg GuardConfig) *Guard {
 	if isNilFence(f) {
 		g.err = ErrNoFence
 	}
-	if g.verifier == nil {
-		g.verifier = epoch.Plain()
-		slog.Warn("storageguard: Guard has no Verifier: tokens are not authenticated, any client can present any epoch")
+	if isNilVerifier(g.verifier) {
+		g.verifier = noVerifier{}
+		slog.Warn("storageguard: Guard has no Verifier: every token is refused; set GuardConfig.Verifier (epoch.Plain() to accept tokens unauthenticated)")
 	}
 	return g
+}
+
+// noVerifier is the Verifier of a Guard built without one: it refuses
+// every token.
+type noVerifier struct{}
+
+func (noVerifier) Verify(string) (epoch.Epoch, error) { return epoch.Epoch{}, ErrNoVerifier }
+
+func isNilVerifier(v epoch.Verifier) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }
 
 func isNilFence(f Fence) bool {
@@ -116,6 +137,8 @@ func (g *Guard) Verify(resource, token string) (epoch.Epoch, error) {
 	ep, err := g.verifier.Verify(token)
 	switch {
 	case err == nil:
+	case errors.Is(err, ErrNoVerifier):
+		return epoch.Epoch{}, err
 	case errors.Is(err, epoch.ErrUnsigned), errors.Is(err, epoch.ErrBadSignature):
 		return epoch.Epoch{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	case errors.Is(err, epoch.ErrMalformed):

@@ -289,9 +289,54 @@ func TestGuardWithoutFenceOrConfig(t *testing.T) {
 	}
 }
 
-func TestGuardNilVerifierIsPlain(t *testing.T) {
-	g := storageguard.NewGuard(storageguard.NewMemory(), storageguard.GuardConfig{})
-	// Plain authenticates nothing: an unsigned token is taken at its word.
+// TestGuardNilVerifierRefuses: no Verifier is no choice (issue 26). A key
+// passed in the wrong field must not turn verification off: a Guard built
+// without a Verifier refuses every token, signed or not, before the fence
+// is touched, with an error that names the missing Verifier.
+func TestGuardNilVerifierRefuses(t *testing.T) {
+	var nilPtr *ptrVerifier
+	for name, cfg := range map[string]storageguard.GuardConfig{
+		"zero config":   {},
+		"cluster only":  {Cluster: "payments"},
+		"nil pointer":   {Cluster: "payments", Verifier: nilPtr},
+		"nil interface": {Cluster: "payments", Verifier: epoch.Verifier(nil)},
+	} {
+		spy := gtSpy()
+		g := storageguard.NewGuard(spy, cfg)
+		if err := g.Err(); err != nil {
+			t.Fatalf("%s: Err %v: the Guard refuses tokens, it is not broken", name, err)
+		}
+		signed := gtSign(t, gtCodec(t, gtKey), gtEp(7, "node-a"))
+		for _, tok := range []string{signed, gtEp(1<<40, "anyone").String()} {
+			_, ran, err := gtWrite(g, "ledger", tok)
+			if ran || !errors.Is(err, storageguard.ErrUnauthenticated) || !errors.Is(err, storageguard.ErrNoVerifier) {
+				t.Fatalf("%s: token %q: ran=%v err=%v, want ErrNoVerifier (ErrUnauthenticated)", name, tok, ran, err)
+			}
+			if !strings.Contains(err.Error(), "Verifier") {
+				t.Fatalf("%s: the error does not name the missing Verifier: %v", name, err)
+			}
+			if _, err := g.Admit(context.Background(), "ledger", tok); !errors.Is(err, storageguard.ErrNoVerifier) {
+				t.Fatalf("%s: Admit: %v", name, err)
+			}
+			if _, err := g.Check(context.Background(), "ledger", tok); !errors.Is(err, storageguard.ErrNoVerifier) {
+				t.Fatalf("%s: Check: %v", name, err)
+			}
+		}
+		if n := spy.Calls.Load(); n != 0 {
+			t.Fatalf("%s: the fence was called %d times", name, n)
+		}
+	}
+}
+
+// ptrVerifier is a Verifier with a pointer receiver, to pass a nil one.
+type ptrVerifier struct{ v epoch.Verifier }
+
+func (p *ptrVerifier) Verify(tok string) (epoch.Epoch, error) { return p.v.Verify(tok) }
+
+// TestGuardExplicitPlain: accepting tokens unauthenticated is spelled out
+// as Verifier: epoch.Plain(); an unsigned token is then taken at its word.
+func TestGuardExplicitPlain(t *testing.T) {
+	g := storageguard.NewGuard(storageguard.NewMemory(), storageguard.GuardConfig{Verifier: epoch.Plain()})
 	if got, ran, err := gtWrite(g, "ledger", gtEp(1<<40, "anyone").String()); err != nil || !ran || got.Term != 1<<40 {
 		t.Fatalf("got %v ran=%v err=%v", got, ran, err)
 	}
@@ -308,12 +353,12 @@ func TestGuardRefusesTermAboveMaxTerm(t *testing.T) {
 	signed := "tf1:hs256:" + text + ":" + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 	for name, cfg := range map[string]storageguard.GuardConfig{
 		"hmac":  {Cluster: "payments", Verifier: gtCodec(t, gtKey)},
-		"plain": {Cluster: "payments"},
+		"plain": {Cluster: "payments", Verifier: epoch.Plain()},
 	} {
 		spy := gtSpy()
 		g := storageguard.NewGuard(spy, cfg)
 		tok := signed
-		if cfg.Verifier == nil {
+		if name == "plain" {
 			tok = text
 		}
 		if _, ran, err := gtWrite(g, "ledger", tok); err == nil || ran || !errors.Is(err, epoch.ErrMalformed) {

@@ -148,8 +148,9 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 		return nil, err
 	}
 	s := &recordStore{cfg: cfg, b: b, refusedBy: make(map[string]uint64), acceptedBy: make(map[string]uint64)}
-	// The Guard logs its own warning when there is no Verifier; loadCodec
-	// has already warned about unsigned tokens, so pass what it returned.
+	// Without a key loadCodec returned epoch.Plain() (and warned): an
+	// explicit choice. A nil Verifier would make the Guard refuse every
+	// token.
 	s.guard = storageguard.NewGuard(b.fence(), storageguard.GuardConfig{Cluster: cfg.Cluster, Verifier: cfg.Verifier})
 	if cfg.Unfenced {
 		cfg.Log.Warn("store: -unfenced: writes are NOT checked against the highest epoch (control experiment only)")

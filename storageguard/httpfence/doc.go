@@ -25,6 +25,25 @@
 //     hold early: the fence holds for as long as the backend (or the
 //     handler) works on the request, whatever the fence (sqlfence included:
 //     its transaction outlives the request's cancelled context).
+//   - The proxy holds a request's epoch until the backend is provably done
+//     with it: if any byte of the request (its header included) may have
+//     reached the backend, the hold lasts until the backend has answered
+//     in full (its response read to the end; an upgraded connection closed
+//     by the backend) or, when it cannot answer any more (the client went
+//     away mid-body — HTTP/1.1 close or HTTP/2 stream reset —, the
+//     backend connection broke, the response was cut off), until Timeout
+//     from admission has passed. Such a request is counted
+//     (ProxyStats.Held) and logged; its client gets its 502 at once (with
+//     Connection: close over HTTP/1.1). Only a request that failed to
+//     dial is released at once.
+//   - Middleware gives the handler a context that a gone client does not
+//     cancel, so that storage calls made with it are not abandoned
+//     half-way; the hold lasts until the handler returns.
+//   - A GET or HEAD with an Upgrade header or a Connection header naming
+//     upgrade, and every CONNECT, is a write: never an unfenced read.
+//   - Nothing of a request-body read that ended in an error (a broken
+//     chunked framing) is forwarded: the backend sees the body cut off,
+//     never ended.
 //   - The proxy's Timeout bounds the whole request from admission on,
 //     slow clients included: deadlines on the client's connection cut off a
 //     client that trickles its body or does not read the response, so an
@@ -49,20 +68,31 @@
 //
 //   - A request that reaches the resource around the proxy is unfenced
 //     (I7): the proxy must be its only path.
-//   - With no Verifier (or epoch.Plain) nothing is authenticated: anyone
-//     who can reach the proxy can present any epoch.
+//   - With epoch.Plain as the Guard's Verifier nothing is authenticated:
+//     anyone who can reach the proxy can present any epoch. (A Guard with
+//     no Verifier at all refuses every token: 401, ErrNoVerifier.)
 //   - Fencing refuses; it does not undo. A backend that keeps working on a
 //     request after the proxy cut it off at the timeout may still apply it,
 //     possibly after a newer epoch was admitted: set the timeout above the
 //     backend's own.
 //   - Middleware has no timeout of its own: a handler that does not return
-//     holds its epoch; bound its running time.
+//     holds its epoch; bound its running time. A handler that returns
+//     while its own storage may still act on a request it abandoned
+//     half-way (for instance its client's body was cut off while it was
+//     forwarded) ends the hold too early: it must wait out the storage's
+//     timeout itself, as the proxy does.
+//   - A client that went away mid-request, or a backend that broke a
+//     connection, holds the epoch for up to Timeout: a newer epoch waits
+//     that long. Over HTTP/2 the client of a request so held sees its
+//     stream end only when the hold does; over HTTP/1.1 a response the
+//     backend cut off mid-body is aborted then too.
 //   - A stale or conflicting epoch's refusal (an authentic token) names the
 //     resource and both epochs.
 //   - Reads are fenced only if they carry a token (ProxyConfig.UnfencedReads
 //     lets plain GET and HEAD without one through: no body, no method
-//     override); a read admitted under an epoch can be stale by the time
-//     the client uses it.
+//     override, no protocol upgrade — Upgrade, Connection: upgrade and
+//     CONNECT are writes); a read admitted under an epoch can be stale by
+//     the time the client uses it.
 //   - Over an SQL fence, a write is as safe as the database session that
 //     holds the lock (see storageguard/sqlfence): a session lost while the
 //     request was served is logged (storageguard.ErrFenceLost; the response

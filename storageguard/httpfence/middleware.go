@@ -19,7 +19,11 @@ const DefaultMiddlewareResource = "default"
 // and a newer epoch is admitted only after every handler running under an
 // older one has returned. The handler finds the admitted epoch with
 // EpochFrom(r.Context()); the request's context is the one the fence's Do
-// gave the write.
+// gave the write, without its cancellation: it is not cancelled when the
+// client goes away (HTTP/1.1 close, HTTP/2 stream reset), so that storage
+// calls the handler makes with it are not abandoned half-way, which would
+// end the hold while the storage may still act on them. The hold lasts
+// until the handler returns.
 //
 // Requests that are refused never reach the handler; they get the JSON
 // Refusal and status of HTTPStatus, as with NewProxy (the two share one
@@ -28,7 +32,8 @@ const DefaultMiddlewareResource = "default"
 //
 // The handler must not call the same fence for the same resource (a raise
 // waiting for the handler would wait for itself), and should bound its own
-// running time: a newer leader's requests wait for it. A panic in the
+// running time (a context.WithTimeout of its own): a newer leader's
+// requests wait for it, and a gone client does not cut it short. A panic in the
 // handler is re-raised after the fence has been released. Middleware never
 // panics on a Guard that cannot work (g.Err, a nil Guard included): every
 // request is then refused with 500.
@@ -42,7 +47,11 @@ func Middleware(g *storageguard.Guard, resource func(*http.Request) string) func
 			resource: resource,
 			err:      g.Err(),
 			serve: func(ctx context.Context, w http.ResponseWriter, r *http.Request) {
-				next.ServeHTTP(w, r.WithContext(ctx))
+				// Not cancelled when the client goes away: a handler
+				// would abandon its storage calls half-way and return,
+				// ending the hold while the storage may still act on
+				// them.
+				next.ServeHTTP(w, r.WithContext(context.WithoutCancel(ctx)))
 			},
 		}
 	}

@@ -2,14 +2,18 @@ package httpfence
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,7 +54,11 @@ type ProxyConfig struct {
 	// and counted (Stats). A client that goes away does not cancel the
 	// backend request: the proxy waits for the backend's answer (or the
 	// timeout), so that a newer epoch is not forwarded while the backend may
-	// still be working on the older request. Zero: DefaultProxyTimeout.
+	// still be working on the older request; if the exchange fails after
+	// some of the request may have reached the backend (the client went
+	// away mid-body, the backend connection broke), nothing says the
+	// backend is done, and the hold lasts until the timeout (ProxyStats
+	// counts these as Held). Zero: DefaultProxyTimeout.
 	// Negative is invalid.
 	Timeout time.Duration
 	// Stats, if set, counts the requests the proxy cut off at Timeout.
@@ -71,7 +79,10 @@ type ProxyConfig struct {
 	// or Transfer-Encoding) or with a method-override header
 	// (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, in any
 	// spelling) may be a write to the backend, and needs a token like any
-	// request. A GET or HEAD that does carry a token is fenced like any
+	// request; so does one that asks for a protocol upgrade (an Upgrade
+	// header, or a Connection header naming upgrade, in any spelling: the
+	// upgraded connection is a raw channel to the backend), and CONNECT.
+	// A GET or HEAD that does carry a token is fenced like any
 	// request. False (the default): a request without a token is refused
 	// with 401.
 	UnfencedReads bool
@@ -123,7 +134,15 @@ type proxy struct {
 // safe for concurrent use, and several proxies may share one.
 type ProxyStats struct {
 	timedOut atomic.Uint64
+	held     atomic.Uint64
 }
+
+// Held returns how many requests the proxy held until ProxyConfig.Timeout
+// (after they ended, and not counted in TimedOut) because the backend may
+// still have been acting on them: some of the
+// request may have reached the backend and it did not answer in full (the
+// client went away mid-request, the backend connection broke).
+func (s *ProxyStats) Held() uint64 { return s.held.Load() }
 
 // TimedOut returns how many requests were cut off at ProxyConfig.Timeout:
 // the backend had not answered, or the client had not sent its body or
@@ -151,7 +170,8 @@ func (s *ProxyStats) TimedOut() uint64 { return s.timedOut.Load() }
 // 502, one that does not answer within the timeout 504; if it fails after
 // the response header was sent, the client connection is aborted. A
 // protocol upgrade (WebSocket) is forwarded like any request and holds its
-// epoch until the upgraded connection closes or is cut off at the timeout.
+// epoch until the backend closes the upgraded connection; if the client
+// closes it first, or the timeout cuts it off, until the timeout.
 //
 // NewProxy never panics: a Guard that cannot work (g.Err), a nil or
 // relative target or an invalid cfg gives a handler that answers every
@@ -199,9 +219,14 @@ func NewProxy(g *storageguard.Guard, target *url.URL, cfg ProxyConfig) http.Hand
 		ErrorHandler: backendError,
 		BufferPool:   copyBuffers{},
 		ModifyResponse: func(res *http.Response) error {
-			if res.StatusCode != http.StatusSwitchingProtocols {
-				res.Body = drainOnClose{res.Body}
+			ex, _ := res.Request.Context().Value(exchangeKey{}).(*exchange)
+			if res.StatusCode == http.StatusSwitchingProtocols {
+				if rwc, ok := res.Body.(io.ReadWriteCloser); ok && ex != nil {
+					res.Body = &upgradedBackend{ReadWriteCloser: rwc, ex: ex}
+				}
+				return nil
 			}
+			res.Body = &drainOnClose{ReadCloser: res.Body, ex: ex}
 			return nil
 		},
 	}
@@ -264,16 +289,92 @@ func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 // closes the body early; draining it instead lets the backend finish the
 // request before the write returns and a newer epoch may be forwarded. The
 // reads are bounded by the proxy's timeout, which cancels them.
-type drainOnClose struct{ io.ReadCloser }
+//
+// It also tells the request's exchange when the body ended (io.EOF): the
+// backend has answered in full.
+type drainOnClose struct {
+	io.ReadCloser
+	ex *exchange // nil: nobody listens
+}
 
-func (b drainOnClose) Close() error {
-	_, _ = io.Copy(io.Discard, b.ReadCloser)
+func (b *drainOnClose) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && b.ex != nil {
+		b.ex.answered.Store(true)
+	}
+	return n, err
+}
+
+func (b *drainOnClose) Close() error {
+	_, _ = io.Copy(io.Discard, struct{ io.Reader }{b})
 	return b.ReadCloser.Close()
+}
+
+// upgradedBackend is the backend's side of an upgraded (101) connection.
+// The backend is done with it once it closed it (a read returns io.EOF); a
+// connection the proxy closed first, because the client went away or the
+// timeout passed, leaves the backend possibly still acting on what it got.
+type upgradedBackend struct {
+	io.ReadWriteCloser
+	ex *exchange
+}
+
+func (u *upgradedBackend) Read(p []byte) (int, error) {
+	n, err := u.ReadWriteCloser.Read(p)
+	if err == io.EOF {
+		u.ex.answered.Store(true)
+	}
+	return n, err
+}
+
+// exchange is what the proxy learns of one request's exchange with the
+// backend, to decide whether the backend is provably done with it when
+// the reverse proxy returns.
+type exchange struct {
+	// sent: a connection to the backend was obtained, so some bytes of the
+	// request may have reached it.
+	sent atomic.Bool
+	// answered: the backend's response was read to its end (or, upgraded,
+	// the backend closed the connection).
+	answered atomic.Bool
+	// failed is the error of an exchange that got no response (nil: it got
+	// one, or it failed before a connection was obtained, with a dial
+	// error).
+	failed error
+}
+
+// exchangeKey is the context key of a request's *exchange.
+type exchangeKey struct{}
+
+// mayAct reports whether the backend may still act on the request: some of
+// it may have reached the backend and the backend did not answer in full.
+// A failed exchange counts as sent unless it failed to dial: a transport
+// that reports no connection (httptrace.ClientTrace.GotConn) is assumed to
+// have sent something.
+func (ex *exchange) mayAct() bool {
+	if ex.answered.Load() {
+		return false
+	}
+	if ex.sent.Load() {
+		return true
+	}
+	var op *net.OpError
+	return ex.failed != nil && !(errors.As(ex.failed, &op) && op.Op == "dial")
 }
 
 // backendError answers a request the backend failed: 504 when the proxy's
 // timeout expired, 502 otherwise.
+//
+// If the backend may still act on the request (see exchange.mayAct), the
+// proxy will hold the request's epoch until its timeout: the answer is then
+// sent at once, complete (with its length), and over HTTP/1.1 with
+// Connection: close, so that the client neither waits for the hold to end
+// nor sends its next request on this connection.
 func backendError(w http.ResponseWriter, r *http.Request, err error) {
+	ex, _ := r.Context().Value(exchangeKey{}).(*exchange)
+	if ex != nil {
+		ex.failed = err
+	}
 	status, code := http.StatusBadGateway, "backend_error"
 	// The timer that ends the context may run after a network deadline set
 	// from the same instant fired (a dial's "i/o timeout"): the deadline
@@ -286,7 +387,19 @@ func backendError(w http.ResponseWriter, r *http.Request, err error) {
 	if a, ok := admissionFrom(r.Context()); ok {
 		body.Resource, body.Presented = a.resource, &a.ep
 	}
-	writeJSON(w, status, body)
+	if ex == nil || !ex.mayAct() {
+		writeJSON(w, status, body)
+		return
+	}
+	b, _ := json.Marshal(body)
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	if r.ProtoMajor == 1 {
+		h.Set("Connection", "close")
+	}
+	writeJSONBytes(w, status, b)
+	_ = http.NewResponseController(w).Flush()
 }
 
 // forward sends r to the backend under ctx (which carries the admission, if
@@ -319,14 +432,69 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			p.logf("httpfence: the proxy cannot set the client connection's deadlines (%v): a ResponseWriter wrapper in front of it lacks Unwrap() http.ResponseWriter, so a client that trickles its body or does not read the answer is not cut off at the timeout", err)
 		})
 	}
+	ex := new(exchange)
+	ctx = context.WithValue(ctx, exchangeKey{}, ex)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { ex.sent.Store(true) },
+	})
 	defer func() {
 		// Also when the copy to the client failed and the reverse proxy
 		// aborts the handler (panic(http.ErrAbortHandler)).
-		if !time.Now().Before(deadline) {
+		switch {
+		case !time.Now().Before(deadline):
 			p.cut(ctx, r, time.Since(start))
+		case ex.mayAct():
+			// The client went away mid-request, or the backend connection
+			// broke, while the backend may have (part of) the request
+			// and may still act on it: the connection to it is closed,
+			// so only the timeout says it is done. Hold until then.
+			p.hold(ctx, r, ex, deadline)
 		}
 	}()
-	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	out := r.WithContext(ctx)
+	if r.Body != nil && r.Body != http.NoBody {
+		out.Body = errorDropsBody{r.Body}
+	}
+	p.rp.ServeHTTP(w, out)
+}
+
+// errorDropsBody is a request body that forwards nothing of a read that
+// ended in an error: net/http's chunked reader returns the data of a chunk
+// together with the framing error found right after it (a chunk extension
+// with a quoted line break makes it take the bytes after the break as the
+// chunk's data), and those bytes are garbage. Data returned by an earlier,
+// successful read (the chunk's data arrived before the bytes that break the
+// framing) has been forwarded already; the backend then sees the body cut
+// off, never ended.
+type errorDropsBody struct{ io.ReadCloser }
+
+func (b errorDropsBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		return 0, err
+	}
+	return n, err
+}
+
+// hold keeps the request's hold on its epoch until deadline: the backend
+// may still act on a request it did not answer in full.
+func (p *proxy) hold(ctx context.Context, r *http.Request, ex *exchange, deadline time.Time) {
+	if p.stats != nil {
+		p.stats.held.Add(1)
+	}
+	what := "unfenced read"
+	if a, ok := admissionFrom(ctx); ok {
+		what = fmt.Sprintf("resource %q under %s", a.resource, a.ep)
+	}
+	why := "the backend did not answer in full"
+	if ex.failed != nil {
+		why = ex.failed.Error()
+	}
+	p.logf("httpfence: %s %s for %s from %s ended before the backend answered (%s): holding it until the proxy timeout %v, since the backend may still act on it", r.Method, r.URL.Path, what, r.RemoteAddr, why, p.timeout)
+	if d := time.Until(deadline); d > 0 {
+		t := time.NewTimer(d)
+		<-t.C
+	}
 }
 
 // cut logs and counts a request that the timeout cut off.
@@ -351,7 +519,11 @@ func (p *proxy) logf(format string, a ...any) {
 }
 
 // plainRead reports whether r may go through unfenced under UnfencedReads:
-// a GET or HEAD with no body and no method override.
+// a GET or HEAD with no body, no method override and no protocol upgrade.
+// An upgrade (an Upgrade header, or a Connection header that names
+// upgrade, in any spelling) turns the request into a raw channel to the
+// backend that carries whatever the client sends: it is a write. CONNECT
+// is no GET.
 func plainRead(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
@@ -359,10 +531,16 @@ func plainRead(r *http.Request) bool {
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 		return false
 	}
-	for k := range r.Header {
+	for k, vs := range r.Header {
 		switch headerKey(k) {
-		case "X_HTTP_METHOD_OVERRIDE", "X_HTTP_METHOD", "X_METHOD_OVERRIDE":
+		case "X_HTTP_METHOD_OVERRIDE", "X_HTTP_METHOD", "X_METHOD_OVERRIDE", "UPGRADE":
 			return false
+		case "CONNECTION":
+			for _, v := range vs {
+				if strings.Contains(strings.ToLower(v), "upgrade") {
+					return false
+				}
+			}
 		}
 	}
 	return true

@@ -724,7 +724,10 @@ func testProxyBackendFails(t *testing.T, std bool) {
 			io.WriteString(w, "ok")
 		}
 	})
-	e := newPxEnv(t, backend, pxConfig(t, std, httpfence.ProxyConfig{}))
+	// The backend may act on a request it reset or cut off: each holds its
+	// epoch until the timeout, which the next (newer) epoch waits for.
+	stats := new(httpfence.ProxyStats)
+	e := newPxEnv(t, backend, pxConfig(t, std, httpfence.ProxyConfig{Timeout: 2 * time.Second, Stats: stats}))
 	if r := e.send("POST", "/", e.token(t, 1, "node-a"), "X-Req", "reset"); r.status != http.StatusBadGateway || r.refusal.Code != "backend_error" {
 		t.Fatalf("reset: %+v", r)
 	}
@@ -737,6 +740,9 @@ func testProxyBackendFails(t *testing.T, std bool) {
 	}
 	if r := e.send("POST", "/", e.token(t, 2, "node-b"), "X-Req", "ok"); r.status != http.StatusConflict {
 		t.Fatalf("older epoch after failures: %+v", r)
+	}
+	if n := stats.Held(); n != 2 {
+		t.Fatalf("ProxyStats.Held = %d, want 2 (the reset and the cut-off request)", n)
 	}
 
 	// Unreachable backend.

@@ -160,12 +160,23 @@ func RefusalFor(resource string, err error) (int, Refusal) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, body Refusal) {
+	setJSONHeader(w)
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// writeJSONBytes writes an encoded Refusal, b.
+func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
+	setJSONHeader(w)
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func setJSONHeader(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(body)
 }
 
 // validResource returns resource if it is a valid name, else "" (a refusal

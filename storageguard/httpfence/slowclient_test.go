@@ -2,6 +2,7 @@ package httpfence_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -124,9 +125,22 @@ func runSlowClient(t testing.TB, s slowClient, std bool, timeout time.Duration) 
 	case <-time.After(waitLimit):
 		t.Fatal("the older request was never held at the fence")
 	}
-	r := e.send("POST", "/", e.token(t, 34, "node-b"), "X-Req", "new")
+	// Bounded, so that a proxy that lets the slow client hold the resource
+	// (no deadline on the client's connection) fails here, within seconds,
+	// rather than hanging until the test binary's timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), slowLimit(timeout))
+	defer cancel()
+	r := e.sendCtx(ctx, "POST", "/", e.token(t, 34, "node-b"), "X-Req", "new")
+	if r.err != nil {
+		t.Fatalf("the newer epoch's request got no answer within %v of the older one's admission (%v): the %s held the resource; does the proxy set deadlines on the client's connection?", time.Since(admitted).Round(time.Millisecond), r.err, s)
+	}
 	return slowRun{sinceOld: time.Since(admitted), cutBeforeNewer: cutSeen.Load(), newStatus: r.status}
 }
+
+// slowLimit is how long after the older slow request's admission the newer
+// epoch's answer may come at the latest: ten times the target (the timeout
+// plus 200 ms), which no load makes a correct proxy miss.
+func slowLimit(timeout time.Duration) time.Duration { return 10 * (timeout + 200*time.Millisecond) }
 
 // TestProxySlowClientIsCut: an older epoch's client that trickles its body,
 // or does not read a large response, is cut off at ProxyConfig.Timeout; the
@@ -144,7 +158,7 @@ func TestProxySlowClientIsCut(t *testing.T) {
 				if run.newStatus != 200 {
 					t.Fatalf("the newer epoch's request: status %d", run.newStatus)
 				}
-				if limit := 10 * (timeout + 200*time.Millisecond); run.sinceOld > limit {
+				if limit := slowLimit(timeout); run.sinceOld > limit {
 					t.Fatalf("the newer epoch was answered %v after the older request was admitted, more than %v: the slow client held the resource", run.sinceOld, limit)
 				}
 				if !run.cutBeforeNewer {

@@ -189,6 +189,10 @@ func (t *leanTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, err
 		}
+		if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.GotConn != nil {
+			// From here on the backend may get bytes of the request.
+			trace.GotConn(httptrace.GotConnInfo{Conn: c.conn, Reused: c.reused})
+		}
 		resp, retry, err := t.exchange(ctx, c, req)
 		if err == nil {
 			return resp, nil

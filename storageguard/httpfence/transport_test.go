@@ -168,7 +168,9 @@ func TestProxyTransportBackendDropsRequest(t *testing.T) {
 			respond(bw, 200, fmt.Sprintf("%s %d/%d", req.Method, conn, n))
 			return true
 		})
-		e := newPxEnvTo(t, rb.url(), pxConfig(t, std, httpfence.ProxyConfig{}))
+		// The dropped POST is held until the timeout (the backend may act
+		// on it); the server's Close at the end waits for that.
+		e := newPxEnvTo(t, rb.url(), pxConfig(t, std, httpfence.ProxyConfig{Timeout: 2 * time.Second}))
 		tok := e.token(t, 1, "node-a")
 		if r := e.send("POST", "/w", tok); r.status != 200 || r.body != "POST 1/1" {
 			t.Fatalf("first POST: %+v", r)
@@ -560,7 +562,9 @@ func TestProxyTransportBadResponses(t *testing.T) {
 		}
 		return true
 	})
-	e := newPxEnvTo(t, rb.url(), httpfence.ProxyConfig{})
+	// Each bad response is held until the timeout (the backend did not
+	// answer in full); the server's Close at the end waits for that.
+	e := newPxEnvTo(t, rb.url(), httpfence.ProxyConfig{Timeout: 2 * time.Second})
 	tok := e.token(t, 1, "node-a")
 	for i, path := range []string{"/garbage", "/101", "/1xx"} {
 		if r := e.send("POST", path, tok); r.status != http.StatusBadGateway || r.refusal.Code != "backend_error" {
