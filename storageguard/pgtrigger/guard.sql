@@ -1,6 +1,7 @@
 -- The guard's objects in its private schema. Install substitutes:
 --   @private@  the private schema (quoted identifier)
 --   @fence@    pgfence's table, schema-qualified and quoted
+--   @fenceschema@ the fence table's schema (quoted identifier)
 --   @crypto@   the schema of the pgcrypto extension (quoted identifier)
 --   @maxterm@  the highest valid term (epoch.MaxTerm)
 --   @maxtoken@ the longest token in bytes (epoch.MaxTokenLen)
@@ -270,7 +271,11 @@ $fn$;
 -- monotonic keeps the fence table's high-water marks from going down: a
 -- row may only be raised (a newer term, or the same row unchanged), never
 -- lowered, moved to another cluster or resource, deleted or truncated. It
--- binds every role but the table's owner, who can disable it.
+-- binds every role, the table's owner too (who can disable it). A raise or
+-- a new row by a role other than the table's owner (or a member of it; the
+-- guard runs as the owner) must also pass check_raise in the fence table's
+-- schema: the epoch of the transaction's verified token, where the
+-- cluster's key is in the database.
 CREATE OR REPLACE FUNCTION @private@.monotonic()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -278,16 +283,70 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
   IF TG_OP = 'UPDATE' THEN
-    IF NEW.resource = OLD.resource AND NEW.cluster = OLD.cluster AND
-       (NEW.term > OLD.term OR (NEW.term = OLD.term AND NEW.leader = OLD.leader)) THEN
-      RETURN NEW;
+    IF NOT (NEW.resource = OLD.resource AND NEW.cluster = OLD.cluster AND
+            (NEW.term > OLD.term OR (NEW.term = OLD.term AND NEW.leader = OLD.leader))) THEN
+      RAISE EXCEPTION USING ERRCODE = 'TF008',
+        MESSAGE = format('termfence: the fence row of %s may only be raised: %s/%s/%s to %s/%s/%s refused',
+                         quote_ident(pg_catalog.encode(OLD.resource, 'escape')), OLD.cluster, OLD.term, OLD.leader, NEW.cluster, NEW.term, NEW.leader);
     END IF;
+    IF NEW.term = OLD.term THEN
+      RETURN NEW; -- unchanged
+    END IF;
+  ELSIF TG_OP <> 'INSERT' THEN
     RAISE EXCEPTION USING ERRCODE = 'TF008',
-      MESSAGE = format('termfence: the fence row of %s may only be raised: %s/%s/%s to %s/%s/%s refused',
-                       quote_ident(pg_catalog.encode(OLD.resource, 'escape')), OLD.cluster, OLD.term, OLD.leader, NEW.cluster, NEW.term, NEW.leader);
+      MESSAGE = format('termfence: %s on the fence table %s.%s refused: high-water marks are never removed', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
   END IF;
-  RAISE EXCEPTION USING ERRCODE = 'TF008',
-    MESSAGE = format('termfence: %s on the fence table %s.%s refused: high-water marks are never removed', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+  IF NOT pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID), 'MEMBER') THEN
+    PERFORM @fenceschema@.termfence_check_raise(NEW.resource, NEW.cluster, NEW.term, NEW.leader);
+  END IF;
+  RETURN NEW;
+END
+$fn$;
+
+-- termfence_check_raise decides whether a role other than the fence
+-- table's owner may write the fence row p_resource = p_cluster/p_term/
+-- p_leader (a new row or a raise). A resource that a guard checks belongs
+-- to the guard's cluster (TF005 otherwise). Where the cluster's HMAC key is
+-- in the database, the transaction must present a verified token (TF001..
+-- TF004 as the guard) of exactly that epoch (TF010 otherwise). A cluster
+-- without a stored key (Ed25519 tokens, which the database cannot verify)
+-- is not checked further: its rows only rise. It lives beside the fence
+-- table, where its writers can call it (EXECUTE to PUBLIC); calling it
+-- directly reveals no more than whether a token is authentic.
+CREATE OR REPLACE FUNCTION @fenceschema@.termfence_check_raise(
+  p_resource bytea, p_cluster text, p_term bigint, p_leader text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  bound text;
+  v record;
+  shown text := p_cluster || '/' || p_term || '/' || p_leader;
+  res text := pg_catalog.encode(p_resource, 'escape');
+BEGIN
+  SELECT r.cluster INTO bound FROM @private@.resource r WHERE r.resource OPERATOR(pg_catalog.=) p_resource;
+  IF FOUND AND bound OPERATOR(pg_catalog.<>) p_cluster THEN
+    RAISE EXCEPTION USING ERRCODE = 'TF005',
+      MESSAGE = format('termfence: the fence row of %s belongs to cluster %s (a guarded resource): a row of %s refused',
+                       '"' || res || '"', bound, shown),
+      DETAIL = format(E'presented: %s\ncluster: %s\nresource: %s', shown, bound, res);
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM @private@.hmac_key k WHERE k.cluster OPERATOR(pg_catalog.=) p_cluster) THEN
+    RETURN;
+  END IF;
+  v := @private@.verify(pg_catalog.current_setting('termfence.token', true), p_cluster, false);
+  IF v.code IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = v.code,
+      MESSAGE = format('termfence: %s: the fence row of %s is raised to %s only under that epoch''s token', v.msg, '"' || res || '"', shown),
+      HINT = 'present the epoch''s token in the transaction first: SET LOCAL termfence.token = ''<token>'' (pgfence: Options.Signer)';
+  END IF;
+  IF v.cluster OPERATOR(pg_catalog.<>) p_cluster OR v.term OPERATOR(pg_catalog.<>) p_term OR v.leader OPERATOR(pg_catalog.<>) p_leader THEN
+    RAISE EXCEPTION USING ERRCODE = 'TF010',
+      MESSAGE = format('termfence: the fence row of %s may be raised to %s only under that epoch''s token; the transaction presents %s',
+                       '"' || res || '"', shown, v.cluster || '/' || v.term || '/' || v.leader),
+      DETAIL = format(E'presented: %s\nrow: %s\nresource: %s', v.cluster || '/' || v.term || '/' || v.leader, shown, res);
+  END IF;
 END
 $fn$;
 
@@ -295,3 +354,5 @@ REVOKE ALL ON FUNCTION @private@.verify(text, text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @private@.refuse(text, text, text, text, text, text, bigint, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @private@.guard() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @private@.monotonic() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @fenceschema@.termfence_check_raise(bytea, text, bigint, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @fenceschema@.termfence_check_raise(bytea, text, bigint, text) TO PUBLIC;

@@ -157,8 +157,9 @@ func TestReplicaModeStillGuarded(t *testing.T) {
 }
 
 // TestFenceRowOnlyRises: a role that may write the fence table (as Go
-// writers through pgfence must) can raise its rows but never lower, move,
-// delete or truncate them; that would reopen the table to old tokens.
+// writers through pgfence must) can raise its rows (under the raised
+// epoch's token) but never lower, move, delete or truncate them; that
+// would reopen the table to old tokens.
 func TestFenceRowOnlyRises(t *testing.T) {
 	d := guarded(t)
 	r := d.role(t)
@@ -177,7 +178,10 @@ func TestFenceRowOnlyRises(t *testing.T) {
 	if h := d.highest(t, "ledger"); h != ep(34, "node-b") {
 		t.Fatalf("fence = %v, want payments/34/node-b", h)
 	}
-	d.mustPsql(t, r, "UPDATE termfence_fence SET term = 35, leader = 'node-c'; UPDATE termfence_fence SET term = term;")
+	// A raise needs the raised epoch's token (TestFenceRaiseNeedsToken);
+	// a row left as it is needs none.
+	d.mustPsql(t, r, "BEGIN; SET LOCAL termfence.token = :'tok'; UPDATE termfence_fence SET term = 35, leader = 'node-c'; COMMIT; UPDATE termfence_fence SET term = term;",
+		"tok="+sign(t, key, ep(35, "node-c")))
 	if h := d.highest(t, "ledger"); h != ep(35, "node-c") {
 		t.Fatalf("fence = %v after a raise, want payments/35/node-c", h)
 	}

@@ -164,7 +164,10 @@ CREATE TABLE IF NOT EXISTS `+ident(private)+`.hmac_key (
   key_id text NOT NULL,
   key bytea NOT NULL CHECK (octet_length(key) >= `+strconv.Itoa(epoch.MinHMACKeyLen)+`),
   PRIMARY KEY (cluster, key_id));
-REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key FROM PUBLIC`); err != nil {
+CREATE TABLE IF NOT EXISTS `+ident(private)+`.resource (
+  resource bytea PRIMARY KEY,
+  cluster text NOT NULL);
+REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key, `+ident(private)+`.resource FROM PUBLIC`); err != nil {
 		return err
 	}
 	// One private schema serves one fence table: its functions name it.
@@ -198,6 +201,13 @@ REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key FROM PUBL
 		}
 	}
 
+	// The resource belongs to the cluster: a role that may write the fence
+	// table cannot give its row to another cluster (termfence_check_raise).
+	if _, err := tx.Exec(ctx, "INSERT INTO "+ident(private)+".resource (resource, cluster) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE SET cluster = excluded.cluster",
+		[]byte(cfg.Resource), cfg.Cluster); err != nil {
+		return err
+	}
+
 	crypto, err := pgcrypto(ctx, tx)
 	if err != nil {
 		return err
@@ -205,6 +215,7 @@ REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key FROM PUBL
 	body := strings.NewReplacer(
 		"@private@", ident(private),
 		"@fence@", fence,
+		"@fenceschema@", ident(*fenceSchema),
 		"@crypto@", ident(crypto),
 		"@maxterm@", maxTerm,
 		"@maxtoken@", strconv.Itoa(epoch.MaxTokenLen),
@@ -222,7 +233,7 @@ REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key FROM PUBL
 REVOKE ALL ON `+fence+` FROM PUBLIC;
 DROP TRIGGER IF EXISTS `+monotonicName+` ON `+fence+`;
 DROP TRIGGER IF EXISTS `+monotonicTruncateName+` ON `+fence+`;
-CREATE TRIGGER `+monotonicName+` BEFORE UPDATE OR DELETE ON `+fence+` FOR EACH ROW EXECUTE FUNCTION `+ident(private)+`.monotonic();
+CREATE TRIGGER `+monotonicName+` BEFORE INSERT OR UPDATE OR DELETE ON `+fence+` FOR EACH ROW EXECUTE FUNCTION `+ident(private)+`.monotonic();
 CREATE TRIGGER `+monotonicTruncateName+` BEFORE TRUNCATE ON `+fence+` FOR EACH STATEMENT EXECUTE FUNCTION `+ident(private)+`.monotonic();
 ALTER TABLE `+fence+` ENABLE ALWAYS TRIGGER `+monotonicName+`;
 ALTER TABLE `+fence+` ENABLE ALWAYS TRIGGER `+monotonicTruncateName); err != nil {

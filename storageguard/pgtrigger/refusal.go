@@ -48,6 +48,12 @@ const (
 	// Install never does (not BEFORE … FOR EACH STATEMENT, or wrong
 	// arguments).
 	CodeMisconfigured = "TF009"
+	// CodeFenceUnverified: a role other than the fence table's owner
+	// created or raised a row of termfence_fence of a cluster whose key is
+	// in the database, and the row is not the epoch of the token its
+	// transaction presented. (With no token, or one that does not verify,
+	// the refusal is CodeNoToken … CodeBadSignature, as the guard's.)
+	CodeFenceUnverified = "TF010"
 )
 
 // Refusal returns the storageguard or epoch error that a guard's refusal in
@@ -56,8 +62,9 @@ const (
 // CodeConflict, *ForeignError for CodeForeign (all naming the resource and
 // epochs the guard reported), an error matching
 // storageguard.ErrUnauthenticated for CodeNoToken, CodeUnsigned (also
-// epoch.ErrUnsigned) and CodeBadSignature (also epoch.ErrBadSignature), and
-// one matching epoch.ErrMalformed for CodeMalformed. The *pgconn.PgError
+// epoch.ErrUnsigned), CodeBadSignature (also epoch.ErrBadSignature) and
+// CodeFenceUnverified, and one matching epoch.ErrMalformed for
+// CodeMalformed. The *pgconn.PgError
 // stays reachable with errors.As.
 func Refusal(err error) error {
 	var pe *pgconn.PgError
@@ -74,6 +81,8 @@ func Refusal(err error) error {
 		return fmt.Errorf("%w: %w: %w", storageguard.ErrUnauthenticated, epoch.ErrBadSignature, pe)
 	case CodeMalformed:
 		return fmt.Errorf("%w: %w", epoch.ErrMalformed, pe)
+	case CodeFenceUnverified:
+		return fmt.Errorf("%w: %w", storageguard.ErrUnauthenticated, pe)
 	case CodeStale:
 		return fmt.Errorf("%w (%w)", &storageguard.StaleError{Resource: d.resource, Presented: d.presented, Highest: d.highest}, pe)
 	case CodeConflict:
