@@ -141,8 +141,50 @@ BEGIN
 END
 $fn$;
 
+-- weakness names the first thing that lets a role other than the owners
+-- write guarded rows under another transaction's token, or NULL: the
+-- TRIGGER privilege on rels (a guarded table and its partitions and
+-- children) or on the fence table held by a role other than the
+-- relation's owner, or a trigger on one of them that Install did not
+-- approve (approved: the OIDs of the triggers it saw; its own triggers go
+-- by name). A trigger fires in the writer's transaction, under its token:
+-- a row trigger can rewrite the writer's rows or skip its DELETE, any
+-- trigger can write rows of its own.
+CREATE OR REPLACE FUNCTION @private@.weakness(rels oid[], approved oid[])
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+  WITH r(oid) AS (
+    SELECT pg_catalog.unnest(rels)
+    UNION ALL
+    SELECT c.oid FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+      JOIN @private@.settings s ON n.nspname OPERATOR(pg_catalog.=) s.fence_schema
+     WHERE c.relname OPERATOR(pg_catalog.=) 'termfence_fence')
+  SELECT w FROM (
+    SELECT pg_catalog.format('TRIGGER on %s is granted to %s', c.oid::pg_catalog.regclass,
+             CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END) AS w
+      FROM r JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.oid,
+           LATERAL pg_catalog.aclexplode(c.relacl) a
+     WHERE a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+    UNION ALL
+    SELECT pg_catalog.format('trigger %I on %s (function %s, owned by %s) was not there when Install ran',
+             t.tgname, t.tgrelid::pg_catalog.regclass, t.tgfoid::pg_catalog.regprocedure,
+             pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(p.proowner)))
+      FROM r JOIN pg_catalog.pg_trigger t ON t.tgrelid OPERATOR(pg_catalog.=) r.oid
+           JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
+     WHERE NOT t.tgisinternal
+       AND t.tgname OPERATOR(pg_catalog.<>) ALL ('{termfence_guard,termfence_monotonic,termfence_monotonic_truncate}'::pg_catalog.name[])
+       AND t.oid OPERATOR(pg_catalog.<>) ALL (approved)) x
+  LIMIT 1
+$fn$;
+
 -- guard is the statement trigger. Arguments: resource, cluster, allow_plain
--- ('true' or 'false'). It admits the statement only if the transaction
+-- ('true' or 'false'), rels (the OIDs of the table it is on, first, and of
+-- its partitions and children), approved (the OIDs of the triggers Install
+-- approved on those and on the fence table). It refuses every statement
+-- (TF009) while weakness finds something. Otherwise it admits the statement only if the transaction
 -- presents (SET LOCAL termfence.token) an authentic token of cluster whose
 -- epoch is not older than the resource's highest in @fence@, with pgfence's
 -- lock protocol: the same epoch holds the fence row FOR SHARE until the
@@ -159,10 +201,11 @@ DECLARE
   h_cluster text;
   h_term bigint;
   h_leader text;
+  weak text;
 BEGIN
-  IF TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'BEFORE' OR TG_NARGS <> 3 THEN
+  IF TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'BEFORE' OR TG_NARGS <> 5 THEN
     RAISE EXCEPTION USING ERRCODE = 'TF009',
-      MESSAGE = format('termfence: the guard on %I.%I must be a BEFORE ... FOR EACH STATEMENT trigger with 3 arguments; reinstall it', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+      MESSAGE = format('termfence: the guard on %I.%I must be a BEFORE ... FOR EACH STATEMENT trigger with 5 arguments; run Install again', TG_TABLE_SCHEMA, TG_TABLE_NAME);
   END IF;
   -- The fast path, for the common case: an authentic hs256 token of
   -- exactly the resource's highest epoch, decided by one query. Its inner
@@ -210,11 +253,36 @@ BEGIN
     AND pg_catalog.octet_length(f.cluster) <= @maxname@ AND pg_catalog.octet_length(f.leader) BETWEEN 1 AND @maxname@
     AND pg_catalog.translate(f.cluster || f.leader, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-', '') = ''
     AND presented.body COLLATE "C" OPERATOR(pg_catalog.=) (f.cluster || '/' || f.term || '/' || f.leader)
+    -- Nothing weakens the guarded tables (weakness, inlined): no TRIGGER
+    -- granted to another role on them or on the fence table, no trigger
+    -- Install did not approve.
+    AND TG_RELID OPERATOR(pg_catalog.=) (TG_ARGV[3]::pg_catalog.oid[])[1]
+    AND NOT EXISTS (
+      SELECT 1 FROM pg_catalog.pg_class c
+      WHERE c.oid OPERATOR(pg_catalog.=) ANY (pg_catalog.array_append(TG_ARGV[3]::pg_catalog.oid[], f.tableoid))
+        AND (EXISTS (SELECT 1 FROM pg_catalog.aclexplode(c.relacl) a
+                     WHERE a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner)
+             OR EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                        WHERE t.tgrelid OPERATOR(pg_catalog.=) c.oid AND NOT t.tgisinternal
+                          AND t.tgname OPERATOR(pg_catalog.<>) ALL ('{termfence_guard,termfence_monotonic,termfence_monotonic_truncate}'::pg_catalog.name[])
+                          AND t.oid OPERATOR(pg_catalog.<>) ALL (TG_ARGV[4]::pg_catalog.oid[]))))
   FOR SHARE OF f;
   IF FOUND THEN
     RETURN NULL;
   END IF;
-  -- The slow path: verify and classify the token, then decide.
+  -- The slow path: refuse while something weakens the table, then verify
+  -- and classify the token, then decide.
+  IF TG_RELID OPERATOR(pg_catalog.<>) (TG_ARGV[3]::pg_catalog.oid[])[1] THEN
+    RAISE EXCEPTION USING ERRCODE = 'TF009',
+      MESSAGE = format('termfence: the guard on %I.%I was installed on another table (restored from a dump?); run Install again', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+  END IF;
+  weak := @private@.weakness(TG_ARGV[3]::pg_catalog.oid[], TG_ARGV[4]::pg_catalog.oid[]);
+  IF weak IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'TF009',
+      MESSAGE = format('termfence: %s: a trigger fires in the writer''s transaction and writes under its token, so %s on %I.%I is refused until the owner removes it and runs Install again',
+                       weak, TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME),
+      HINT = 'REVOKE TRIGGER from roles other than the owner, drop triggers the owner did not create, and run pgtrigger.Install again; pgtrigger.Audit lists what weakens the table';
+  END IF;
   v := @private@.verify(pg_catalog.current_setting('termfence.token', true), TG_ARGV[1], TG_ARGV[2]::boolean);
   IF v.code IS NOT NULL THEN
     RAISE EXCEPTION USING
@@ -353,6 +421,7 @@ $fn$;
 REVOKE ALL ON FUNCTION @private@.verify(text, text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @private@.refuse(text, text, text, text, text, text, bigint, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @private@.guard() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @private@.weakness(oid[], oid[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @private@.monotonic() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @fenceschema@.termfence_check_raise(bytea, text, bigint, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @fenceschema@.termfence_check_raise(bytea, text, bigint, text) TO PUBLIC;
