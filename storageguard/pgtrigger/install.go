@@ -51,7 +51,11 @@ var (
 	// is owned by, or grants privileges to, a role other than the
 	// installing one: the private schema or one of its objects, or the
 	// fence table. Such a role could read the key or rewrite the
-	// high-water marks. The error names the object and the role.
+	// high-water marks. Also when a role other than the owner holds
+	// TRIGGER on the table, its partitions and children or the fence
+	// table, or a trigger there calls a function of a role that is neither
+	// the owner nor a superuser: a trigger writes under the leader's
+	// token. The error names the object and the role.
 	ErrUnsafe = errors.New("pgtrigger: unsafe to install")
 )
 

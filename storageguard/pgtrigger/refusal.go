@@ -46,7 +46,10 @@ const (
 	CodeFenceRegress = "TF008"
 	// CodeMisconfigured: the guard's trigger was created by hand in a way
 	// Install never does (not BEFORE … FOR EACH STATEMENT, or wrong
-	// arguments).
+	// arguments, or by an older release), or a role other than the owner
+	// holds TRIGGER on the guarded tree or the fence table, or a trigger
+	// there was added after Install: every write is refused (closed) until
+	// the owner removes it and runs Install again.
 	CodeMisconfigured = "TF009"
 	// CodeFenceUnverified: a role other than the fence table's owner
 	// created or raised a row of termfence_fence of a cluster whose key is
