@@ -207,7 +207,7 @@ SELECT $5, t.tgrelid::regclass::text, pg_catalog.pg_get_userbyid(p.proowner)::te
        'trigger ' || pg_catalog.quote_ident(t.tgname) || ' on ' || t.tgrelid::regclass::text || ' (function ' || t.tgfoid::regprocedure::text ||
        ', owned by ' || pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(p.proowner)) || ') was not there when Install ran: the guard refuses every write until it is dropped or Install runs again'
 FROM r JOIN pg_catalog.pg_trigger t ON t.tgrelid = r.oid JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
-WHERE NOT t.tgisinternal AND t.tgname NOT IN ($9, $10, $11) AND t.oid <> ALL ($12::oid[])
+WHERE NOT t.tgisinternal AND t.tgfoid NOT IN ($9::regprocedure, $10::regprocedure) AND t.oid <> ALL ($11::oid[])
 UNION ALL
 -- Owners other than the guard's.
 SELECT $6, o.what, pg_catalog.pg_get_userbyid(o.owner)::text,
@@ -243,7 +243,7 @@ WHERE c.oid = $2::regclass AND a.grantee <> c.relowner AND a.privilege_type IN (
 GROUP BY c.oid, a.grantee`,
 		oids(tree), fence, private,
 		string(WeakTrigger), string(WeakUnapprovedTrigger), string(WeakOwnership), string(WeakReadAllData), string(WeakFenceWrite),
-		TriggerName, monotonicName, monotonicTruncateName, approved)
+		ident(private)+".guard()", ident(private)+".monotonic()", approved)
 	if err != nil {
 		return nil, err
 	}

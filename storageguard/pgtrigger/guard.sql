@@ -141,45 +141,6 @@ BEGIN
 END
 $fn$;
 
--- weakness names the first thing that lets a role other than the owners
--- write guarded rows under another transaction's token, or NULL: the
--- TRIGGER privilege on rels (a guarded table and its partitions and
--- children) or on the fence table held by a role other than the
--- relation's owner, or a trigger on one of them that Install did not
--- approve (approved: the OIDs of the triggers it saw; its own triggers go
--- by name). A trigger fires in the writer's transaction, under its token:
--- a row trigger can rewrite the writer's rows or skip its DELETE, any
--- trigger can write rows of its own.
-CREATE OR REPLACE FUNCTION @private@.weakness(rels oid[], approved oid[])
-RETURNS text
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-  WITH r(oid) AS (
-    SELECT pg_catalog.unnest(rels)
-    UNION ALL
-    SELECT c.oid FROM pg_catalog.pg_class c
-      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
-      JOIN @private@.settings s ON n.nspname OPERATOR(pg_catalog.=) s.fence_schema
-     WHERE c.relname OPERATOR(pg_catalog.=) 'termfence_fence')
-  SELECT w FROM (
-    SELECT pg_catalog.format('TRIGGER on %s is granted to %s', c.oid::pg_catalog.regclass,
-             CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END) AS w
-      FROM r JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.oid,
-           LATERAL pg_catalog.aclexplode(c.relacl) a
-     WHERE a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
-    UNION ALL
-    SELECT pg_catalog.format('trigger %I on %s (function %s, owned by %s) was not there when Install ran',
-             t.tgname, t.tgrelid::pg_catalog.regclass, t.tgfoid::pg_catalog.regprocedure,
-             pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(p.proowner)))
-      FROM r JOIN pg_catalog.pg_trigger t ON t.tgrelid OPERATOR(pg_catalog.=) r.oid
-           JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
-     WHERE NOT t.tgisinternal
-       AND t.tgname OPERATOR(pg_catalog.<>) ALL ('{termfence_guard,termfence_monotonic,termfence_monotonic_truncate}'::pg_catalog.name[])
-       AND t.oid OPERATOR(pg_catalog.<>) ALL (approved)) x
-  LIMIT 1
-$fn$;
-
 -- guard is the statement trigger. Arguments: resource, cluster, allow_plain
 -- ('true' or 'false'), rels (the OIDs of the table it is on, first, and of
 -- its partitions and children), approved (the OIDs of the triggers Install
@@ -264,7 +225,7 @@ BEGIN
                      WHERE a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner)
              OR EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
                         WHERE t.tgrelid OPERATOR(pg_catalog.=) c.oid AND NOT t.tgisinternal
-                          AND t.tgname OPERATOR(pg_catalog.<>) ALL ('{termfence_guard,termfence_monotonic,termfence_monotonic_truncate}'::pg_catalog.name[])
+                          AND t.tgfoid OPERATOR(pg_catalog.<>) ALL (ARRAY['@private@.guard()'::pg_catalog.regprocedure, '@private@.monotonic()'::pg_catalog.regprocedure]::pg_catalog.oid[])
                           AND t.oid OPERATOR(pg_catalog.<>) ALL (TG_ARGV[4]::pg_catalog.oid[]))))
   FOR SHARE OF f;
   IF FOUND THEN
@@ -416,6 +377,45 @@ BEGIN
       DETAIL = format(E'presented: %s\nrow: %s\nresource: %s', v.cluster || '/' || v.term || '/' || v.leader, shown, res);
   END IF;
 END
+$fn$;
+
+-- weakness names the first thing that lets a role other than the owners
+-- write guarded rows under another transaction's token, or NULL: the
+-- TRIGGER privilege on rels (a guarded table and its partitions and
+-- children) or on the fence table held by a role other than the
+-- relation's owner, or a trigger on one of them that Install did not
+-- approve (approved: the OIDs of the triggers it saw; its own, which call
+-- the guard's functions, need no approval: nobody else may call those). A trigger fires in the writer's transaction, under its token:
+-- a row trigger can rewrite the writer's rows or skip its DELETE, any
+-- trigger can write rows of its own.
+CREATE OR REPLACE FUNCTION @private@.weakness(rels oid[], approved oid[])
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+  WITH r(oid) AS (
+    SELECT pg_catalog.unnest(rels)
+    UNION ALL
+    SELECT c.oid FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+      JOIN @private@.settings s ON n.nspname OPERATOR(pg_catalog.=) s.fence_schema
+     WHERE c.relname OPERATOR(pg_catalog.=) 'termfence_fence')
+  SELECT w FROM (
+    SELECT pg_catalog.format('TRIGGER on %s is granted to %s', c.oid::pg_catalog.regclass,
+             CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END) AS w
+      FROM r JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.oid,
+           LATERAL pg_catalog.aclexplode(c.relacl) a
+     WHERE a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+    UNION ALL
+    SELECT pg_catalog.format('trigger %I on %s (function %s, owned by %s) was not there when Install ran',
+             t.tgname, t.tgrelid::pg_catalog.regclass, t.tgfoid::pg_catalog.regprocedure,
+             pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(p.proowner)))
+      FROM r JOIN pg_catalog.pg_trigger t ON t.tgrelid OPERATOR(pg_catalog.=) r.oid
+           JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
+     WHERE NOT t.tgisinternal
+       AND t.tgfoid OPERATOR(pg_catalog.<>) ALL (ARRAY['@private@.guard()'::pg_catalog.regprocedure, '@private@.monotonic()'::pg_catalog.regprocedure]::pg_catalog.oid[])
+       AND t.oid OPERATOR(pg_catalog.<>) ALL (approved)) x
+  LIMIT 1
 $fn$;
 
 REVOKE ALL ON FUNCTION @private@.verify(text, text, boolean) FROM PUBLIC;

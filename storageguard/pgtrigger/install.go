@@ -245,7 +245,7 @@ ALTER TABLE `+fence+` ENABLE ALWAYS TRIGGER `+monotonicTruncateName); err != nil
 		return fmt.Errorf("guard the fence table %s: %w", fence, err)
 	}
 
-	approved, err := approveTriggers(ctx, tx, tree, fence)
+	approved, err := approveTriggers(ctx, tx, tree, fence, private)
 	if err != nil {
 		return err
 	}
@@ -436,9 +436,11 @@ func oids(rs []relation) []uint32 {
 // trigger there calls a function owned by a role that is neither the
 // relation's owner nor a superuser (a trigger some other role created,
 // which fires in the leader's transaction, under its token). It returns
-// the OIDs of the other triggers there, which the guard lets stay; the
-// guard's own go by name.
-func approveTriggers(ctx context.Context, tx pgx.Tx, tree []relation, fence string) ([]uint32, error) {
+// the OIDs of the other triggers there, which the guard lets stay; its own
+// (calling the private schema's guard and monotonic, which nobody else may
+// call) need no approval.
+func approveTriggers(ctx context.Context, tx pgx.Tx, tree []relation, fence, private string) ([]uint32, error) {
+	private = ident(private)
 	rels := oids(tree)
 	rows, err := tx.Query(ctx, `
 WITH r(oid) AS (SELECT pg_catalog.unnest($1::oid[]) UNION ALL SELECT $2::regclass::oid)
@@ -456,8 +458,8 @@ FROM r JOIN pg_catalog.pg_trigger t ON t.tgrelid = r.oid
   JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
   JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
   JOIN pg_catalog.pg_roles o ON o.oid = p.proowner
-WHERE NOT t.tgisinternal AND t.tgname NOT IN ('`+TriggerName+`', '`+monotonicName+`', '`+monotonicTruncateName+`')
-  AND p.proowner <> c.relowner AND NOT o.rolsuper`, rels, fence)
+WHERE NOT t.tgisinternal AND t.tgfoid NOT IN ($3::regprocedure, $4::regprocedure)
+  AND p.proowner <> c.relowner AND NOT o.rolsuper`, rels, fence, private+".guard()", private+".monotonic()")
 	if err != nil {
 		return nil, err
 	}
@@ -471,8 +473,8 @@ WHERE NOT t.tgisinternal AND t.tgname NOT IN ('`+TriggerName+`', '`+monotonicNam
 	rows, err = tx.Query(ctx, `
 WITH r(oid) AS (SELECT pg_catalog.unnest($1::oid[]) UNION ALL SELECT $2::regclass::oid)
 SELECT t.oid FROM r JOIN pg_catalog.pg_trigger t ON t.tgrelid = r.oid
-WHERE NOT t.tgisinternal AND t.tgname NOT IN ('`+TriggerName+`', '`+monotonicName+`', '`+monotonicTruncateName+`')
-ORDER BY t.oid`, rels, fence)
+WHERE NOT t.tgisinternal AND t.tgfoid NOT IN ($3::regprocedure, $4::regprocedure)
+ORDER BY t.oid`, rels, fence, private+".guard()", private+".monotonic()")
 	if err != nil {
 		return nil, err
 	}

@@ -109,6 +109,18 @@ CREATE TABLE events_low PARTITION OF events FOR VALUES FROM (0) TO (1000)`)
 			t.Fatalf("Install with TRIGGER on a partition = %v, want ErrUnsafe naming it", err)
 		}
 	})
+	t.Run("named like the guard's own", func(t *testing.T) {
+		d := guarded(t)
+		r := d.role(t)
+		d.exec(t, "GRANT USAGE, CREATE ON SCHEMA "+d.schema+" TO "+r)
+		d.exec(t, "GRANT SELECT, TRIGGER ON ledger TO "+r)
+		d.mustPsql(t, r, strings.NewReplacer("TRIGGER plant", "TRIGGER termfence_monotonic", "TRIGGER rewrite", "TRIGGER termfence_monotonic_truncate", "CREATE TRIGGER keep", "-- ").Replace(plantTriggers(d.schema, "ledger")))
+		d.exec(t, "REVOKE ALL ON ledger FROM "+r)
+		d.refusedWith(t, pgtrigger.CodeMisconfigured, "", leaderWrites, "tok="+sign(t, key, ep(34, "node-b")))
+		if n := d.count(t, "SELECT count(*) FROM ledger WHERE id <> 1 OR note <> 'first'"); n != 0 {
+			t.Fatalf("%d rows planted or rewritten", n)
+		}
+	})
 	t.Run("fence table", func(t *testing.T) {
 		d := guarded(t)
 		r := d.role(t)
