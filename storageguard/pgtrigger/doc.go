@@ -111,9 +111,15 @@
 //     there calls a function owned by a role that is neither the owner nor
 //     a superuser (ErrUnsafe, naming the grant or the trigger). It approves
 //     the triggers it finds, and the guard refuses every write (closed,
-//     CodeMisconfigured) while such a grant, or a trigger Install did not
-//     approve, exists (TestTriggerPrivilegeIsAWritePath,
-//     TestTriggerPrivilegeTree, TestHostileRoleWithTrigger).
+//     CodeMisconfigured) while a trigger Install did not approve exists on
+//     the table, its partitions or children, or (for a raise) on the fence
+//     table. A TRIGGER grant alone closes a partitioned table at once
+//     (a partition is locked only when rows reach it, so a trigger could
+//     appear under a running statement) and any other table at its next
+//     raise (the statement's lock on the table it names keeps a trigger
+//     from appearing under it; the cheaper check keeps the common write
+//     fast) (TestTriggerPrivilegeIsAWritePath, TestTriggerPrivilegeTree,
+//     TestHostileRoleWithTrigger).
 //   - The token check and the raise commit with the writes or not at all; a
 //     refused statement changes nothing.
 //
@@ -134,6 +140,12 @@
 //     until Install runs again; so does restoring a dump (the approved
 //     triggers are known by OID). A guard installed by an older release
 //     refuses every write until Install runs again.
+//   - The trigger and grant checks read the catalogs with the statement's
+//     snapshot: a REPEATABLE READ or SERIALIZABLE transaction does not see
+//     a TRIGGER grant and a trigger that were both committed after it took
+//     its snapshot and before it first wrote the table. Revoke TRIGGER
+//     from everyone but the owner (Install refuses otherwise) and it
+//     cannot happen.
 //   - Code that runs in a token-bearing transaction writes under the token:
 //     triggers on the other tables it writes, functions it calls, whoever
 //     owns them. Only the guarded tables' and the fence table's triggers

@@ -89,7 +89,7 @@ func TestTriggerPrivilegeIsAWritePath(t *testing.T) {
 // TestTriggerPrivilegeTree: the same through a partition (a row trigger
 // on a partition fires for rows routed through the guarded parent, whose
 // statement trigger is the only one that runs) and through the fence
-// table (a trigger there could rewrite a raise).
+// table (a trigger there could rewrite a raise: the raise is refused).
 func TestTriggerPrivilegeTree(t *testing.T) {
 	t.Run("partition", func(t *testing.T) {
 		d := newDB(t)
@@ -109,6 +109,30 @@ CREATE TABLE events_low PARTITION OF events FOR VALUES FROM (0) TO (1000)`)
 			t.Fatalf("Install with TRIGGER on a partition = %v, want ErrUnsafe naming it", err)
 		}
 	})
+	t.Run("grant alone", func(t *testing.T) {
+		// No trigger yet. On a table alone, the statement's own lock keeps
+		// a trigger from appearing under it; the grant closes the table at
+		// the next raise. On a partitioned table, where a partition may be
+		// locked only when rows are routed to it, at once.
+		d := newDB(t)
+		d.exec(t, `CREATE TABLE ledger (id int PRIMARY KEY, note text NOT NULL);
+CREATE TABLE events (id int, note text) PARTITION BY RANGE (id);
+CREATE TABLE events_low PARTITION OF events FOR VALUES FROM (0) TO (1000)`)
+		d.install(t, d.config("ledger"))
+		cfg := d.config("events")
+		cfg.Resource = "events"
+		d.install(t, cfg)
+		tok := "tok=" + sign(t, key, ep(5, "n1"))
+		d.mustPsql(t, "", "BEGIN; SET LOCAL termfence.token = :'tok'; INSERT INTO ledger VALUES (1, 'x'); INSERT INTO events VALUES (1, 'x'); COMMIT;", tok)
+		r := d.role(t)
+		d.exec(t, "GRANT TRIGGER ON ledger, events_low TO "+r)
+		d.refusedWith(t, pgtrigger.CodeMisconfigured, "", "BEGIN; SET LOCAL termfence.token = :'tok'; INSERT INTO events VALUES (2, 'x'); COMMIT;", tok)
+		d.mustPsql(t, "", "BEGIN; SET LOCAL termfence.token = :'tok'; INSERT INTO ledger VALUES (2, 'x'); COMMIT;", tok)
+		d.refusedWith(t, pgtrigger.CodeMisconfigured, "", "BEGIN; SET LOCAL termfence.token = :'tok'; INSERT INTO ledger VALUES (3, 'x'); COMMIT;", "tok="+sign(t, key, ep(6, "n2")))
+		if err := pgtrigger.Install(context.Background(), d.pool, d.config("ledger")); !errors.Is(err, pgtrigger.ErrUnsafe) {
+			t.Fatalf("Install with TRIGGER granted = %v, want ErrUnsafe", err)
+		}
+	})
 	t.Run("named like the guard's own", func(t *testing.T) {
 		d := guarded(t)
 		r := d.role(t)
@@ -126,8 +150,13 @@ CREATE TABLE events_low PARTITION OF events FOR VALUES FROM (0) TO (1000)`)
 		r := d.role(t)
 		d.exec(t, "GRANT USAGE ON SCHEMA "+d.schema+" TO "+r)
 		d.exec(t, "GRANT TRIGGER ON termfence_fence TO "+r)
-		tok := "tok=" + sign(t, key, ep(34, "node-b"))
+		// A trigger on the fence table fires when the row is written: the
+		// next raise is refused, and so is every write from then on.
+		tok := "tok=" + sign(t, key, ep(35, "node-c"))
 		d.refusedWith(t, pgtrigger.CodeMisconfigured, "", leaderWrites, tok)
+		if h := d.highest(t, "ledger"); h != ep(34, "node-b") {
+			t.Fatalf("fence = %v, want payments/34/node-b", h)
+		}
 		if err := pgtrigger.Install(context.Background(), d.pool, d.config("ledger")); !errors.Is(err, pgtrigger.ErrUnsafe) || !strings.Contains(err.Error(), "termfence_fence") {
 			t.Fatalf("Install with TRIGGER on the fence table = %v, want ErrUnsafe naming it", err)
 		}
