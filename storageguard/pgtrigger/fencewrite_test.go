@@ -151,6 +151,16 @@ func TestPgfenceRaiseAsFenceWriter(t *testing.T) {
 	if !errors.Is(pgtrigger.Refusal(err), storageguard.ErrUnauthenticated) {
 		t.Fatalf("pgfence raise without a token = %v, want the guard's refusal (no token)", err)
 	}
+	// A raise past the presented epoch, seen from Go.
+	tx, err := pgtrigger.Begin(ctx, pool, sign(t, key, ep(35, "node-c")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, "UPDATE termfence_fence SET term = 36, leader = 'node-c'")
+	tx.Rollback(ctx)
+	if sqlState(err) != pgtrigger.CodeFenceUnverified || !errors.Is(pgtrigger.Refusal(err), storageguard.ErrUnauthenticated) {
+		t.Fatalf("raise past the token = %v, want %s matching ErrUnauthenticated", err, pgtrigger.CodeFenceUnverified)
+	}
 	codec, err := epoch.NewHMAC(key)
 	if err != nil {
 		t.Fatal(err)
