@@ -46,4 +46,9 @@
 //     pgtrigger.Present) and by any other client alike.
 //   - Read-only transactions: the lock needs a writable transaction
 //     (ErrReadOnly).
+//   - Raises on a fence table that storageguard/pgtrigger guards: a role
+//     that does not own termfence_fence may raise a row of a cluster whose
+//     key is in the database only under that epoch's token. Open a fence
+//     with OpenWith and Options.Signer for such a role; without it, its
+//     raises are refused (pgtrigger.Refusal: storageguard.ErrUnauthenticated).
 package pgfence

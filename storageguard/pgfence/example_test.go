@@ -47,3 +47,33 @@ func Example() {
 	err = write(a, "late write from a")
 	fmt.Println(errors.Is(err, storageguard.ErrStale))
 }
+
+// ExampleOpenWith: a leader's service whose database role may write
+// termfence_fence but does not own it, on a database where
+// storageguard/pgtrigger guards tables, signs each transaction's epoch:
+// the token travels with BEGIN, so the fence row can be raised (a raise
+// needs the epoch's token there) and writes to guarded tables need no
+// pgtrigger.Present. (Compiled, not run, by go test.)
+func ExampleOpenWith() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("TERMFENCE_POSTGRES_DSN"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	codec, err := epoch.NewHMAC([]byte(os.Getenv("TERMFENCE_KEY"))) // the key pgtrigger.Install stored
+	if err != nil {
+		log.Fatal(err)
+	}
+	f, err := pgfence.OpenWith(ctx, pool, pgfence.Options{Signer: codec})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	b := epoch.Epoch{Cluster: "payments", Term: 34, Leader: "node-b"}
+	err = f.Tx(ctx, "ledger", b, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "UPDATE ledger SET amount = amount + 1 WHERE id = 'a'")
+		return err
+	})
+	fmt.Println(err)
+}

@@ -32,6 +32,9 @@ const (
 	qSelectHold   = "SELECT cluster, term, leader, CASE WHEN current_setting('idle_in_transaction_session_timeout') <> '0' THEN set_config('idle_in_transaction_session_timeout', '0', true) END FROM termfence_fence WHERE resource = $1 FOR SHARE"
 	qSelectUpdate = qSelect + " FOR UPDATE"
 	qUpdate       = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
+	// qPresent presents the token of Options.Signer for the rest of the
+	// transaction (pgtrigger's setting).
+	qPresent = "SELECT pg_catalog.set_config('termfence.token', $1, true)"
 )
 
 // maxAttempts bounds the attempts of a transaction that fails with a
@@ -54,7 +57,24 @@ const endTimeout = 5 * time.Second
 // afterwards they are refused.
 type Fence struct {
 	pool   *pgxpool.Pool
+	signer epoch.Signer
 	closed atomic.Bool
+}
+
+// Options are a Fence's settings; the zero value is Open's.
+type Options struct {
+	// Signer, if set, signs the epoch of each transaction the fence runs,
+	// and the transaction presents the token (the setting termfence.token,
+	// transaction-local) before it touches the fence row, in the same
+	// round trip as BEGIN. A role that does not own termfence_fence needs
+	// it to raise a row once storageguard/pgtrigger guards the table: the
+	// row must then be the epoch of the transaction's verified token
+	// (where the cluster's HMAC key is in the database). It also presents
+	// the token to the guard for the writes Tx's function makes to guarded
+	// tables, so they need no pgtrigger.Present. Give the leader's signer
+	// (an HMAC codec of the cluster's key, the one pgtrigger.Install
+	// stored).
+	Signer epoch.Signer
 }
 
 var _ storageguard.Fence = (*Fence)(nil)
@@ -63,10 +83,15 @@ var _ storageguard.Fence = (*Fence)(nil)
 // the first schema of the connections' search_path) if missing. The caller
 // keeps ownership of pool: Close does not close it.
 func Open(ctx context.Context, pool *pgxpool.Pool) (*Fence, error) {
+	return OpenWith(ctx, pool, Options{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Fence, error) {
 	if pool == nil {
 		return nil, errors.New("pgfence: Open: nil pool")
 	}
-	f := &Fence{pool: pool}
+	f := &Fence{pool: pool, signer: opts.Signer}
 	err := retry(ctx, func() error {
 		_, err := pool.Exec(ctx, qCreate)
 		return err
@@ -89,6 +114,14 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, ex
 	key := []byte(resource)
 	var b pgx.Batch
 	b.BeginTx(opts)
+	signed := f.signer != nil
+	if signed {
+		tok, err := f.signer.Sign(ep)
+		if err != nil {
+			return fmt.Errorf("pgfence: sign %v: %w", ep, err)
+		}
+		b.Queue(qPresent, tok)
+	}
 	if exclusive {
 		// The first epoch of a resource is always a raise (Decide on a
 		// zero highest): inserting it is that raise, committed with the
@@ -114,7 +147,7 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, ex
 			tx.Rollback(rctx)
 		}
 	}()
-	h, err := readBatch(br, exclusive, hold)
+	h, err := readBatch(br, signed, exclusive, hold)
 	if err != nil {
 		return err
 	}
@@ -146,12 +179,17 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, ex
 	return tx.Commit(cctx)
 }
 
-// readBatch reads an attempt's batch: BEGIN, the INSERT if exclusive, and
-// the fence row (the zero epoch if there is none).
-func readBatch(br pgx.BatchResults, exclusive, hold bool) (epoch.Epoch, error) {
+// readBatch reads an attempt's batch: BEGIN, the token if signed, the
+// INSERT if exclusive, and the fence row (the zero epoch if there is none).
+func readBatch(br pgx.BatchResults, signed, exclusive, hold bool) (epoch.Epoch, error) {
 	defer br.Close()
 	if _, err := br.Exec(); err != nil { // BEGIN
 		return epoch.Epoch{}, err
+	}
+	if signed {
+		if _, err := br.Exec(); err != nil {
+			return epoch.Epoch{}, err
+		}
 	}
 	if exclusive {
 		if _, err := br.Exec(); err != nil {

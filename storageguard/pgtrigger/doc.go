@@ -64,7 +64,9 @@
 //	TF006  CodeStale          older than the highest: the leader was deposed
 //	TF007  CodeConflict       the highest term, another leader
 //	TF008  CodeFenceRegress   an UPDATE/DELETE/TRUNCATE lowering the fence table
-//	TF009  CodeMisconfigured  a guard trigger created by hand, wrongly
+//	TF009  CodeMisconfigured  a guard trigger created by hand, wrongly, or a
+//	                          TRIGGER grant or unapproved trigger on the tree
+//	TF010  CodeFenceUnverified a fence row raised past the token's epoch
 //
 // # Guarantees
 //
@@ -91,15 +93,70 @@
 //     UPDATE that lowers a row or moves it to another cluster or resource,
 //     and DELETE and TRUNCATE (CodeFenceRegress), even from roles granted
 //     write access to the table (as Go writers through pgfence need).
+//   - A fence row rises only under its epoch's token: a role other than the
+//     fence table's owner that creates or raises a row of a cluster whose
+//     key is in the database must present, in the same transaction, a
+//     verified token of exactly that epoch (CodeNoToken … CodeBadSignature,
+//     CodeFenceUnverified); pgfence does so with Options.Signer. A row of a
+//     resource that a guard checks belongs to the guard's cluster
+//     (CodeForeign). So a role that may write the fence table cannot wedge
+//     a resource (a term of 2^48 that refuses every real leader) or give it
+//     to another cluster (tests TestFenceRaiseNeedsToken,
+//     TestPgfenceRaiseAsFenceWriter).
+//   - The TRIGGER privilege is no write path: a trigger fires in the
+//     writer's transaction, under its token, and could write rows of its
+//     own, rewrite the writer's rows or skip its DELETE. Install refuses a
+//     table when a role other than the owner holds TRIGGER on it, on one of
+//     its partitions or children or on termfence_fence, or when a trigger
+//     there calls a function owned by a role that is neither the owner nor
+//     a superuser (ErrUnsafe, naming the grant or the trigger). It approves
+//     the triggers it finds, and the guard refuses every write (closed,
+//     CodeMisconfigured) while a trigger Install did not approve exists on
+//     the table, its partitions or children, or (for a raise) on the fence
+//     table. A TRIGGER grant alone closes a partitioned table at once
+//     (a partition is locked only when rows reach it, so a trigger could
+//     appear under a running statement) and any other table at its next
+//     raise (the statement's lock on the table it names keeps a trigger
+//     from appearing under it; the cheaper check keeps the common write
+//     fast) (TestTriggerPrivilegeIsAWritePath, TestTriggerPrivilegeTree,
+//     TestHostileRoleWithTrigger).
 //   - The token check and the raise commit with the writes or not at all; a
 //     refused statement changes nothing.
+//
+// Audit lists, for a guarded table, everything that weakens these: the
+// grants and roles of the non-guarantees below, TRIGGER grants, triggers
+// Install did not approve, write access to termfence_fence, AllowPlain
+// and unguarded partitions.
 //
 // # Non-guarantees
 //
 //   - A superuser, the owner of the guarded table or of termfence_fence, or
-//     the guard's owner can drop or disable the guard, lower the fence row
-//     or read the key. Do not write with those roles. Members of
-//     pg_read_all_data (PostgreSQL 14 and later) can read the key.
+//     the guard's owner (and members of those roles) can drop or disable
+//     the guard, lower the fence row or read the key. Do not write with
+//     those roles. Members of pg_read_all_data (PostgreSQL 14 and later)
+//     can read the key.
+//   - A trigger the owner adds to a guarded table (or its tree, or
+//     termfence_fence) after Install closes the table (CodeMisconfigured)
+//     until Install runs again; so does restoring a dump (the approved
+//     triggers are known by OID). A guard installed by an older release
+//     refuses every write until Install runs again.
+//   - The trigger and grant checks read the catalogs with the statement's
+//     snapshot: a REPEATABLE READ or SERIALIZABLE transaction does not see
+//     a TRIGGER grant and a trigger that were both committed after it took
+//     its snapshot and before it first wrote the table. Revoke TRIGGER
+//     from everyone but the owner (Install refuses otherwise) and it
+//     cannot happen.
+//   - Code that runs in a token-bearing transaction writes under the token:
+//     triggers on the other tables it writes, functions it calls, whoever
+//     owns them. Only the guarded tables' and the fence table's triggers
+//     are vetted.
+//   - A role that may write termfence_fence can raise the rows of a cluster
+//     whose key is not in the database (Ed25519 tokens) to any term, and
+//     lock its leaders out; with UPDATE it can also hold any row FOR
+//     UPDATE and delay writers. Grant fence-table writes only to the roles
+//     the leaders write with. sqlfence presents no token: a sqlfence writer
+//     that raises an HMAC cluster's row must use the fence table's owner
+//     role (or pgfence with Options.Signer).
 //   - A partition or child table added after Install is unguarded until
 //     Install runs again. A foreign table or another relation kind in the
 //     tree makes Install fail.

@@ -95,3 +95,23 @@ func ExampleRefusal() {
 	// ledger payments/33/node-a payments/34/node-b
 	// <nil>
 }
+
+// ExampleAudit lists what weakens a guarded table: grants of TRIGGER or of
+// fence-table writes, roles that can act as an owner or read the key,
+// AllowPlain, partitions added after Install. (Needs a PostgreSQL server:
+// set TERMFENCE_POSTGRES_DSN. Compiled, not run, by go test.)
+func ExampleAudit() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("TERMFENCE_POSTGRES_DSN"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	weaknesses, err := pgtrigger.Audit(ctx, pool, "ledger")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, w := range weaknesses {
+		fmt.Println(w) // e.g. "trigger-privilege: TRIGGER on public.ledger is granted to batch: ..."
+	}
+}

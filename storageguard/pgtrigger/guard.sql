@@ -1,6 +1,7 @@
 -- The guard's objects in its private schema. Install substitutes:
 --   @private@  the private schema (quoted identifier)
 --   @fence@    pgfence's table, schema-qualified and quoted
+--   @fenceschema@ the fence table's schema (quoted identifier)
 --   @crypto@   the schema of the pgcrypto extension (quoted identifier)
 --   @maxterm@  the highest valid term (epoch.MaxTerm)
 --   @maxtoken@ the longest token in bytes (epoch.MaxTokenLen)
@@ -141,7 +142,12 @@ END
 $fn$;
 
 -- guard is the statement trigger. Arguments: resource, cluster, allow_plain
--- ('true' or 'false'). It admits the statement only if the transaction
+-- ('true' or 'false'), rels (the OIDs of the table it is on, first, and of
+-- its partitions and children), approved (the OIDs of the triggers Install
+-- approved on those and on the fence table). It refuses every statement
+-- (TF009) while a trigger Install did not approve is on rels, and (on the
+-- slow path, or at once where rels are more than one table) while weakness
+-- finds anything else. Otherwise it admits the statement only if the transaction
 -- presents (SET LOCAL termfence.token) an authentic token of cluster whose
 -- epoch is not older than the resource's highest in @fence@, with pgfence's
 -- lock protocol: the same epoch holds the fence row FOR SHARE until the
@@ -158,10 +164,11 @@ DECLARE
   h_cluster text;
   h_term bigint;
   h_leader text;
+  weak text;
 BEGIN
-  IF TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'BEFORE' OR TG_NARGS <> 3 THEN
+  IF TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'BEFORE' OR TG_NARGS <> 5 THEN
     RAISE EXCEPTION USING ERRCODE = 'TF009',
-      MESSAGE = format('termfence: the guard on %I.%I must be a BEFORE ... FOR EACH STATEMENT trigger with 3 arguments; reinstall it', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+      MESSAGE = format('termfence: the guard on %I.%I must be a BEFORE ... FOR EACH STATEMENT trigger with 5 arguments; run Install again', TG_TABLE_SCHEMA, TG_TABLE_NAME);
   END IF;
   -- The fast path, for the common case: an authentic hs256 token of
   -- exactly the resource's highest epoch, decided by one query. Its inner
@@ -209,11 +216,48 @@ BEGIN
     AND pg_catalog.octet_length(f.cluster) <= @maxname@ AND pg_catalog.octet_length(f.leader) BETWEEN 1 AND @maxname@
     AND pg_catalog.translate(f.cluster || f.leader, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-', '') = ''
     AND presented.body COLLATE "C" OPERATOR(pg_catalog.=) (f.cluster || '/' || f.term || '/' || f.leader)
+    -- No trigger that Install did not approve on the table or its
+    -- partitions and children (see weakness; the rest of it, which costs
+    -- more, below and on the slow path).
+    AND TG_RELID OPERATOR(pg_catalog.=) (TG_ARGV[3]::pg_catalog.oid[])[1]
+    AND NOT EXISTS (
+      SELECT 1 FROM pg_catalog.pg_trigger t
+      WHERE t.tgrelid OPERATOR(pg_catalog.=) ANY (TG_ARGV[3]::pg_catalog.oid[]) AND NOT t.tgisinternal
+        AND t.tgfoid OPERATOR(pg_catalog.<>) ALL (ARRAY['@private@.guard()'::pg_catalog.regprocedure, '@private@.monotonic()'::pg_catalog.regprocedure]::pg_catalog.oid[])
+        AND t.oid OPERATOR(pg_catalog.<>) ALL (TG_ARGV[4]::pg_catalog.oid[]))
   FOR SHARE OF f;
   IF FOUND THEN
-    RETURN NULL;
+    -- A trigger created after this check could still fire in this
+    -- statement only on a relation the statement has not locked yet: a
+    -- partition an INSERT routes rows to later. PostgreSQL locks the
+    -- table the statement names before this trigger runs, and CREATE
+    -- TRIGGER waits for that lock; for the other relations of the tree,
+    -- nobody but the owner can create a trigger unless TRIGGER is granted
+    -- on them, which is checked here. TRIGGER granted on a table alone is
+    -- refused by the slow path (the next raise), by Install and by Audit.
+    IF pg_catalog.strpos(TG_ARGV[3], ',') OPERATOR(pg_catalog.=) 0 THEN
+      RETURN NULL;
+    END IF;
+    IF NOT EXISTS (
+      SELECT 1 FROM pg_catalog.pg_class c, LATERAL pg_catalog.aclexplode(c.relacl) a
+      WHERE c.oid OPERATOR(pg_catalog.=) ANY (TG_ARGV[3]::pg_catalog.oid[])
+        AND a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner) THEN
+      RETURN NULL;
+    END IF;
   END IF;
-  -- The slow path: verify and classify the token, then decide.
+  -- The slow path: refuse while something weakens the table, then verify
+  -- and classify the token, then decide.
+  IF TG_RELID OPERATOR(pg_catalog.<>) (TG_ARGV[3]::pg_catalog.oid[])[1] THEN
+    RAISE EXCEPTION USING ERRCODE = 'TF009',
+      MESSAGE = format('termfence: the guard on %I.%I was installed on another table (restored from a dump?); run Install again', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+  END IF;
+  weak := @private@.weakness(TG_ARGV[3]::pg_catalog.oid[], TG_ARGV[4]::pg_catalog.oid[]);
+  IF weak IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'TF009',
+      MESSAGE = format('termfence: %s: a trigger fires in the writer''s transaction and writes under its token, so %s on %I.%I is refused until the owner removes it and runs Install again',
+                       weak, TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME),
+      HINT = 'REVOKE TRIGGER from roles other than the owner, drop triggers the owner did not create, and run pgtrigger.Install again; pgtrigger.Audit lists what weakens the table';
+  END IF;
   v := @private@.verify(pg_catalog.current_setting('termfence.token', true), TG_ARGV[1], TG_ARGV[2]::boolean);
   IF v.code IS NOT NULL THEN
     RAISE EXCEPTION USING
@@ -270,7 +314,11 @@ $fn$;
 -- monotonic keeps the fence table's high-water marks from going down: a
 -- row may only be raised (a newer term, or the same row unchanged), never
 -- lowered, moved to another cluster or resource, deleted or truncated. It
--- binds every role but the table's owner, who can disable it.
+-- binds every role, the table's owner too (who can disable it). A raise or
+-- a new row by a role other than the table's owner (or a member of it; the
+-- guard runs as the owner) must also pass check_raise in the fence table's
+-- schema: the epoch of the transaction's verified token, where the
+-- cluster's key is in the database.
 CREATE OR REPLACE FUNCTION @private@.monotonic()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -278,20 +326,116 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
   IF TG_OP = 'UPDATE' THEN
-    IF NEW.resource = OLD.resource AND NEW.cluster = OLD.cluster AND
-       (NEW.term > OLD.term OR (NEW.term = OLD.term AND NEW.leader = OLD.leader)) THEN
-      RETURN NEW;
+    IF NOT (NEW.resource = OLD.resource AND NEW.cluster = OLD.cluster AND
+            (NEW.term > OLD.term OR (NEW.term = OLD.term AND NEW.leader = OLD.leader))) THEN
+      RAISE EXCEPTION USING ERRCODE = 'TF008',
+        MESSAGE = format('termfence: the fence row of %s may only be raised: %s/%s/%s to %s/%s/%s refused',
+                         quote_ident(pg_catalog.encode(OLD.resource, 'escape')), OLD.cluster, OLD.term, OLD.leader, NEW.cluster, NEW.term, NEW.leader);
     END IF;
+    IF NEW.term = OLD.term THEN
+      RETURN NEW; -- unchanged
+    END IF;
+  ELSIF TG_OP <> 'INSERT' THEN
     RAISE EXCEPTION USING ERRCODE = 'TF008',
-      MESSAGE = format('termfence: the fence row of %s may only be raised: %s/%s/%s to %s/%s/%s refused',
-                       quote_ident(pg_catalog.encode(OLD.resource, 'escape')), OLD.cluster, OLD.term, OLD.leader, NEW.cluster, NEW.term, NEW.leader);
+      MESSAGE = format('termfence: %s on the fence table %s.%s refused: high-water marks are never removed', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
   END IF;
-  RAISE EXCEPTION USING ERRCODE = 'TF008',
-    MESSAGE = format('termfence: %s on the fence table %s.%s refused: high-water marks are never removed', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+  IF NOT pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID), 'MEMBER') THEN
+    PERFORM @fenceschema@.termfence_check_raise(NEW.resource, NEW.cluster, NEW.term, NEW.leader);
+  END IF;
+  RETURN NEW;
 END
+$fn$;
+
+-- termfence_check_raise decides whether a role other than the fence
+-- table's owner may write the fence row p_resource = p_cluster/p_term/
+-- p_leader (a new row or a raise). A resource that a guard checks belongs
+-- to the guard's cluster (TF005 otherwise). Where the cluster's HMAC key is
+-- in the database, the transaction must present a verified token (TF001..
+-- TF004 as the guard) of exactly that epoch (TF010 otherwise). A cluster
+-- without a stored key (Ed25519 tokens, which the database cannot verify)
+-- is not checked further: its rows only rise. It lives beside the fence
+-- table, where its writers can call it (EXECUTE to PUBLIC); calling it
+-- directly reveals no more than whether a token is authentic.
+CREATE OR REPLACE FUNCTION @fenceschema@.termfence_check_raise(
+  p_resource bytea, p_cluster text, p_term bigint, p_leader text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  bound text;
+  v record;
+  shown text := p_cluster || '/' || p_term || '/' || p_leader;
+  res text := pg_catalog.encode(p_resource, 'escape');
+BEGIN
+  SELECT r.cluster INTO bound FROM @private@.resource r WHERE r.resource OPERATOR(pg_catalog.=) p_resource;
+  IF FOUND AND bound OPERATOR(pg_catalog.<>) p_cluster THEN
+    RAISE EXCEPTION USING ERRCODE = 'TF005',
+      MESSAGE = format('termfence: the fence row of %s belongs to cluster %s (a guarded resource): a row of %s refused',
+                       '"' || res || '"', bound, shown),
+      DETAIL = format(E'presented: %s\ncluster: %s\nresource: %s', shown, bound, res);
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM @private@.hmac_key k WHERE k.cluster OPERATOR(pg_catalog.=) p_cluster) THEN
+    RETURN;
+  END IF;
+  v := @private@.verify(pg_catalog.current_setting('termfence.token', true), p_cluster, false);
+  IF v.code IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = v.code,
+      MESSAGE = format('termfence: %s: the fence row of %s is raised to %s only under that epoch''s token', v.msg, '"' || res || '"', shown),
+      HINT = 'present the epoch''s token in the transaction first: SET LOCAL termfence.token = ''<token>'' (pgfence: Options.Signer)';
+  END IF;
+  IF v.cluster OPERATOR(pg_catalog.<>) p_cluster OR v.term OPERATOR(pg_catalog.<>) p_term OR v.leader OPERATOR(pg_catalog.<>) p_leader THEN
+    RAISE EXCEPTION USING ERRCODE = 'TF010',
+      MESSAGE = format('termfence: the fence row of %s may be raised to %s only under that epoch''s token; the transaction presents %s',
+                       '"' || res || '"', shown, v.cluster || '/' || v.term || '/' || v.leader),
+      DETAIL = format(E'presented: %s\nrow: %s\nresource: %s', v.cluster || '/' || v.term || '/' || v.leader, shown, res);
+  END IF;
+END
+$fn$;
+
+-- weakness names the first thing that lets a role other than the owners
+-- write guarded rows under another transaction's token, or NULL: the
+-- TRIGGER privilege on rels (a guarded table and its partitions and
+-- children) or on the fence table held by a role other than the
+-- relation's owner, or a trigger on one of them that Install did not
+-- approve (approved: the OIDs of the triggers it saw; its own, which call
+-- the guard's functions, need no approval: nobody else may call those). A trigger fires in the writer's transaction, under its token:
+-- a row trigger can rewrite the writer's rows or skip its DELETE, any
+-- trigger can write rows of its own.
+CREATE OR REPLACE FUNCTION @private@.weakness(rels oid[], approved oid[])
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+  WITH r(oid) AS (
+    SELECT pg_catalog.unnest(rels)
+    UNION ALL
+    SELECT c.oid FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+      JOIN @private@.settings s ON n.nspname OPERATOR(pg_catalog.=) s.fence_schema
+     WHERE c.relname OPERATOR(pg_catalog.=) 'termfence_fence')
+  SELECT w FROM (
+    SELECT pg_catalog.format('TRIGGER on %s is granted to %s', c.oid::pg_catalog.regclass,
+             CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END) AS w
+      FROM r JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.oid,
+           LATERAL pg_catalog.aclexplode(c.relacl) a
+     WHERE a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+    UNION ALL
+    SELECT pg_catalog.format('trigger %I on %s (function %s, owned by %s) was not there when Install ran',
+             t.tgname, t.tgrelid::pg_catalog.regclass, t.tgfoid::pg_catalog.regprocedure,
+             pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(p.proowner)))
+      FROM r JOIN pg_catalog.pg_trigger t ON t.tgrelid OPERATOR(pg_catalog.=) r.oid
+           JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
+     WHERE NOT t.tgisinternal
+       AND t.tgfoid OPERATOR(pg_catalog.<>) ALL (ARRAY['@private@.guard()'::pg_catalog.regprocedure, '@private@.monotonic()'::pg_catalog.regprocedure]::pg_catalog.oid[])
+       AND t.oid OPERATOR(pg_catalog.<>) ALL (approved)) x
+  LIMIT 1
 $fn$;
 
 REVOKE ALL ON FUNCTION @private@.verify(text, text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @private@.refuse(text, text, text, text, text, text, bigint, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @private@.guard() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @private@.weakness(oid[], oid[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @private@.monotonic() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @fenceschema@.termfence_check_raise(bytea, text, bigint, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @fenceschema@.termfence_check_raise(bytea, text, bigint, text) TO PUBLIC;

@@ -13,8 +13,9 @@ import (
 // is not guarded, and child_deferred, whose rows a deferred constraint
 // trigger deletes at COMMIT when their parent_d row goes) and an ordinary
 // role that may read and write ledger and
-// parent and create objects in the test's schema, as an application's or a
-// batch job's role would — but holds no token.
+// parent, write the fence table termfence_fence and create objects in the
+// test's schema, as an application's or a batch job's role would — but
+// holds no token.
 func hostile(t *testing.T) (*db, string) {
 	t.Helper()
 	d := guarded(t)
@@ -37,6 +38,8 @@ INSERT INTO child VALUES (1, 1), (2, 2); INSERT INTO child_deferred VALUES (1, 1
 	r := d.role(t)
 	d.exec(t, "GRANT USAGE, CREATE ON SCHEMA "+d.schema+" TO "+r)
 	d.exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES ON ledger, parent, parent_d, child, child_deferred TO "+r)
+	// As Go writers through pgfence or sqlfence need.
+	d.exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON termfence_fence TO "+r)
 	d.exec(t, "ANALYZE "+d.private+".hmac_key") // statistics exist, so a leak through pg_stats would show
 	return d, r
 }
@@ -64,11 +67,13 @@ func TestHostileRole(t *testing.T) {
 		{"a rule", "42501", "CREATE RULE bypass AS ON INSERT TO ledger DO INSTEAD NOTHING;"},
 		{"a trigger of its own", "42501", "CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$; CREATE TRIGGER a_first BEFORE INSERT ON ledger FOR EACH STATEMENT EXECUTE FUNCTION noop();"},
 		{"take the table", "42501", "ALTER TABLE ledger OWNER TO " + r + ";"},
-		// The high-water mark.
-		{"lower the fence row", "42501", "UPDATE termfence_fence SET term = 1;"},
-		{"delete the fence row", "42501", "DELETE FROM termfence_fence;"},
-		{"truncate the fence table", "42501", "TRUNCATE termfence_fence;"},
-		{"lock the fence row", "42501", "BEGIN; SELECT * FROM termfence_fence FOR UPDATE; COMMIT;"},
+		// The high-water mark, which the role may write.
+		{"lower the fence row", pgtrigger.CodeFenceRegress, "UPDATE termfence_fence SET term = 1;"},
+		{"delete the fence row", pgtrigger.CodeFenceRegress, "DELETE FROM termfence_fence;"},
+		{"truncate the fence table", pgtrigger.CodeFenceRegress, "TRUNCATE termfence_fence;"},
+		{"wedge the fence row", pgtrigger.CodeNoToken, "UPDATE termfence_fence SET term = 281474976710656;"},
+		{"give the fence row to another cluster", pgtrigger.CodeForeign, "INSERT INTO termfence_fence VALUES (convert_to('ledger', 'UTF8'), 'evil', 1, 'x') ON CONFLICT DO NOTHING;"},
+		{"a trigger on the fence table", "42501", "CREATE FUNCTION lower() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN NEW.term := 1; RETURN NEW; END$$; CREATE TRIGGER zz BEFORE UPDATE ON termfence_fence FOR EACH ROW EXECUTE FUNCTION lower();"},
 		// Writes by every route, with no token.
 		{"insert", pgtrigger.CodeNoToken, "INSERT INTO ledger VALUES (9, 'x');"},
 		{"copy from", pgtrigger.CodeNoToken, "COPY ledger FROM STDIN;\n9\tx\n\\.\n"},
@@ -145,6 +150,49 @@ SELECT count(*) FROM pg_stats WHERE schemaname = '`+p+`';`)
 	}
 }
 
+// TestHostileRoleWithTrigger: the hostile role of TestHostileRole holds
+// TRIGGER on the guarded tables and on an unguarded parent too (GRANT
+// TRIGGER, or GRANT ALL) and plants triggers that would write under the
+// next leader's token: rows of its own, rewritten rows, DELETEs turned into
+// no-ops. From then on the guard refuses every write, the current leader's
+// by every route included (closed, CodeMisconfigured), and nothing the
+// triggers would have written commits; the fence row still needs a token.
+func TestHostileRoleWithTrigger(t *testing.T) {
+	d, r := hostile(t)
+	d.exec(t, "GRANT TRIGGER ON ledger, child, child_deferred, parent TO "+r)
+	d.mustPsql(t, r, plantTriggers(d.schema, "ledger")+`
+CREATE TRIGGER plant AFTER INSERT OR UPDATE OR DELETE ON child FOR EACH STATEMENT EXECUTE FUNCTION plant();
+CREATE TRIGGER plant AFTER DELETE ON parent FOR EACH STATEMENT EXECUTE FUNCTION plant();`)
+	tok := "tok=" + sign(t, key, ep(34, "node-b"))
+	withTok := func(sql string) string { return "BEGIN; SET LOCAL termfence.token = :'tok'; " + sql + " COMMIT;" }
+	for _, c := range []struct{ name, role, script string }{
+		{"leader's insert", "", withTok("INSERT INTO ledger VALUES (2, 'by the leader');")},
+		{"leader's update", "", withTok("UPDATE ledger SET note = 'by the leader';")},
+		{"leader's delete", "", withTok("DELETE FROM ledger;")},
+		{"leader's copy", "", "BEGIN; SET LOCAL termfence.token = :'tok';\nCOPY ledger FROM STDIN;\n9\tx\n\\.\nCOMMIT;"},
+		{"leader's merge", "", withTok("MERGE INTO ledger l USING (SELECT 1 AS id) s ON l.id = s.id WHEN MATCHED THEN UPDATE SET note = 'm';")},
+		{"leader's truncate", "", withTok("TRUNCATE ledger;")},
+		{"leader's write to a child", "", withTok("INSERT INTO child VALUES (3, 1);")},
+		{"leader's cascade", "", withTok("DELETE FROM parent WHERE id = 1;")},
+		{"hostile, under the leader's token", r, withTok("INSERT INTO ledger VALUES (3, 'x');")},
+		{"hostile, no token", r, "INSERT INTO ledger VALUES (3, 'x');"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d.refusedWith(t, pgtrigger.CodeMisconfigured, c.role, c.script, tok)
+		})
+	}
+	d.refusedWith(t, pgtrigger.CodeNoToken, r, "UPDATE termfence_fence SET term = 281474976710656;")
+	if n := d.count(t, "SELECT count(*) FROM ledger WHERE id <> 1 OR note <> 'first'"); n != 0 {
+		t.Fatalf("%d rows of ledger planted or rewritten", n)
+	}
+	if n := d.count(t, "SELECT count(*) FROM ledger") + d.count(t, "SELECT count(*) FROM child") + d.count(t, "SELECT count(*) FROM parent"); n != 5 {
+		t.Fatalf("ledger, child and parent hold %d rows, want 5 as before", n)
+	}
+	if h := d.highest(t, "ledger"); h != ep(34, "node-b") {
+		t.Fatalf("fence = %v, want payments/34/node-b", h)
+	}
+}
+
 // TestReplicaModeStillGuarded: the guard is ENABLE ALWAYS, so even a
 // session in session_replication_role = replica (which a superuser, or a
 // role granted SET on it, can enter to skip ordinary triggers) is checked.
@@ -157,8 +205,9 @@ func TestReplicaModeStillGuarded(t *testing.T) {
 }
 
 // TestFenceRowOnlyRises: a role that may write the fence table (as Go
-// writers through pgfence must) can raise its rows but never lower, move,
-// delete or truncate them; that would reopen the table to old tokens.
+// writers through pgfence must) can raise its rows (under the raised
+// epoch's token) but never lower, move, delete or truncate them; that
+// would reopen the table to old tokens.
 func TestFenceRowOnlyRises(t *testing.T) {
 	d := guarded(t)
 	r := d.role(t)
@@ -177,7 +226,10 @@ func TestFenceRowOnlyRises(t *testing.T) {
 	if h := d.highest(t, "ledger"); h != ep(34, "node-b") {
 		t.Fatalf("fence = %v, want payments/34/node-b", h)
 	}
-	d.mustPsql(t, r, "UPDATE termfence_fence SET term = 35, leader = 'node-c'; UPDATE termfence_fence SET term = term;")
+	// A raise needs the raised epoch's token (TestFenceRaiseNeedsToken);
+	// a row left as it is needs none.
+	d.mustPsql(t, r, "BEGIN; SET LOCAL termfence.token = :'tok'; UPDATE termfence_fence SET term = 35, leader = 'node-c'; COMMIT; UPDATE termfence_fence SET term = term;",
+		"tok="+sign(t, key, ep(35, "node-c")))
 	if h := d.highest(t, "ledger"); h != ep(35, "node-c") {
 		t.Fatalf("fence = %v after a raise, want payments/35/node-c", h)
 	}

@@ -51,7 +51,11 @@ var (
 	// is owned by, or grants privileges to, a role other than the
 	// installing one: the private schema or one of its objects, or the
 	// fence table. Such a role could read the key or rewrite the
-	// high-water marks. The error names the object and the role.
+	// high-water marks. Also when a role other than the owner holds
+	// TRIGGER on the table, its partitions and children or the fence
+	// table, or a trigger there calls a function of a role that is neither
+	// the owner nor a superuser: a trigger writes under the leader's
+	// token. The error names the object and the role.
 	ErrUnsafe = errors.New("pgtrigger: unsafe to install")
 )
 
@@ -103,6 +107,7 @@ func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
 
 // relation is one table of a guarded tree.
 type relation struct {
+	oid          uint32
 	schema, name string
 	kind         string
 }
@@ -164,7 +169,10 @@ CREATE TABLE IF NOT EXISTS `+ident(private)+`.hmac_key (
   key_id text NOT NULL,
   key bytea NOT NULL CHECK (octet_length(key) >= `+strconv.Itoa(epoch.MinHMACKeyLen)+`),
   PRIMARY KEY (cluster, key_id));
-REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key FROM PUBLIC`); err != nil {
+CREATE TABLE IF NOT EXISTS `+ident(private)+`.resource (
+  resource bytea PRIMARY KEY,
+  cluster text NOT NULL);
+REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key, `+ident(private)+`.resource FROM PUBLIC`); err != nil {
 		return err
 	}
 	// One private schema serves one fence table: its functions name it.
@@ -198,6 +206,13 @@ REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key FROM PUBL
 		}
 	}
 
+	// The resource belongs to the cluster: a role that may write the fence
+	// table cannot give its row to another cluster (termfence_check_raise).
+	if _, err := tx.Exec(ctx, "INSERT INTO "+ident(private)+".resource (resource, cluster) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE SET cluster = excluded.cluster",
+		[]byte(cfg.Resource), cfg.Cluster); err != nil {
+		return err
+	}
+
 	crypto, err := pgcrypto(ctx, tx)
 	if err != nil {
 		return err
@@ -205,6 +220,7 @@ REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key FROM PUBL
 	body := strings.NewReplacer(
 		"@private@", ident(private),
 		"@fence@", fence,
+		"@fenceschema@", ident(*fenceSchema),
 		"@crypto@", ident(crypto),
 		"@maxterm@", maxTerm,
 		"@maxtoken@", strconv.Itoa(epoch.MaxTokenLen),
@@ -222,22 +238,32 @@ REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key FROM PUBL
 REVOKE ALL ON `+fence+` FROM PUBLIC;
 DROP TRIGGER IF EXISTS `+monotonicName+` ON `+fence+`;
 DROP TRIGGER IF EXISTS `+monotonicTruncateName+` ON `+fence+`;
-CREATE TRIGGER `+monotonicName+` BEFORE UPDATE OR DELETE ON `+fence+` FOR EACH ROW EXECUTE FUNCTION `+ident(private)+`.monotonic();
+CREATE TRIGGER `+monotonicName+` BEFORE INSERT OR UPDATE OR DELETE ON `+fence+` FOR EACH ROW EXECUTE FUNCTION `+ident(private)+`.monotonic();
 CREATE TRIGGER `+monotonicTruncateName+` BEFORE TRUNCATE ON `+fence+` FOR EACH STATEMENT EXECUTE FUNCTION `+ident(private)+`.monotonic();
 ALTER TABLE `+fence+` ENABLE ALWAYS TRIGGER `+monotonicName+`;
 ALTER TABLE `+fence+` ENABLE ALWAYS TRIGGER `+monotonicTruncateName); err != nil {
 		return fmt.Errorf("guard the fence table %s: %w", fence, err)
 	}
 
-	var args string
-	if err := tx.QueryRow(ctx, "SELECT pg_catalog.format('%L, %L, %L', $1::text, $2::text, $3::text)",
-		cfg.Resource, cfg.Cluster, strconv.FormatBool(cfg.AllowPlain)).Scan(&args); err != nil {
+	approved, err := approveTriggers(ctx, tx, tree, fence, private)
+	if err != nil {
 		return err
 	}
 	guard := ident(private) + ".guard"
 	for _, r := range tree {
+		// The guard on r checks r's own subtree: a row trigger on a
+		// partition fires for rows written through r.
+		sub, err := tableTree(ctx, tx, r.String())
+		if err != nil {
+			return err
+		}
+		var args string
+		if err := tx.QueryRow(ctx, "SELECT pg_catalog.format('%L, %L, %L, %L, %L', $1::text, $2::text, $3::text, $4::oid[]::text, $5::oid[]::text)",
+			cfg.Resource, cfg.Cluster, strconv.FormatBool(cfg.AllowPlain), oids(sub), approved).Scan(&args); err != nil {
+			return err
+		}
 		var other *string
-		err := tx.QueryRow(ctx, `
+		err = tx.QueryRow(ctx, `
 SELECT p.oid::regprocedure::text FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
 WHERE t.tgrelid = $1::regclass AND t.tgname = $2 AND p.oid <> $3::regprocedure`, r.String(), TriggerName, guard+"()").Scan(&other)
 		if err == nil {
@@ -303,7 +329,7 @@ WITH RECURSIVE tree(oid) AS (
   SELECT pg_catalog.to_regclass($1)::oid
   UNION
   SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
-SELECT n.nspname, c.relname, c.relkind::text
+SELECT c.oid, n.nspname, c.relname, c.relkind::text
 FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 ORDER BY c.oid`, table)
 	if err != nil {
@@ -311,7 +337,7 @@ ORDER BY c.oid`, table)
 	}
 	tree, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (relation, error) {
 		var r relation
-		return r, row.Scan(&r.schema, &r.name, &r.kind)
+		return r, row.Scan(&r.oid, &r.schema, &r.name, &r.kind)
 	})
 	if err != nil {
 		return nil, err
@@ -394,4 +420,63 @@ func pgcrypto(ctx context.Context, tx pgx.Tx) (string, error) {
 		err = tx.QueryRow(ctx, q).Scan(&schema)
 	}
 	return schema, err
+}
+
+// oids lists the relations' OIDs, in order.
+func oids(rs []relation) []uint32 {
+	o := make([]uint32, len(rs))
+	for i, r := range rs {
+		o[i] = r.oid
+	}
+	return o
+}
+
+// approveTriggers fails with ErrUnsafe if a role other than a relation's
+// owner holds the TRIGGER privilege on the tree or the fence table, or if a
+// trigger there calls a function owned by a role that is neither the
+// relation's owner nor a superuser (a trigger some other role created,
+// which fires in the leader's transaction, under its token). It returns
+// the OIDs of the other triggers there, which the guard lets stay; its own
+// (calling the private schema's guard and monotonic, which nobody else may
+// call) need no approval.
+func approveTriggers(ctx context.Context, tx pgx.Tx, tree []relation, fence, private string) ([]uint32, error) {
+	private = ident(private)
+	rels := oids(tree)
+	rows, err := tx.Query(ctx, `
+WITH r(oid) AS (SELECT pg_catalog.unnest($1::oid[]) UNION ALL SELECT $2::regclass::oid)
+SELECT 'TRIGGER on ' || c.oid::regclass::text || ' is granted to ' ||
+       CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END ||
+       ' (REVOKE TRIGGER ON ' || c.oid::regclass::text || ' FROM ' ||
+       CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END || ')'
+FROM r JOIN pg_catalog.pg_class c ON c.oid = r.oid, LATERAL pg_catalog.aclexplode(c.relacl) a
+WHERE a.privilege_type = 'TRIGGER' AND a.grantee <> c.relowner
+UNION ALL
+SELECT 'trigger ' || pg_catalog.quote_ident(t.tgname) || ' on ' || t.tgrelid::regclass::text || ' calls ' ||
+       t.tgfoid::regprocedure::text || ', owned by ' || pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(p.proowner)) ||
+       ', not by the table''s owner (drop it, or have the owner recreate it)'
+FROM r JOIN pg_catalog.pg_trigger t ON t.tgrelid = r.oid
+  JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+  JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
+  JOIN pg_catalog.pg_roles o ON o.oid = p.proowner
+WHERE NOT t.tgisinternal AND t.tgfoid NOT IN ($3::regprocedure, $4::regprocedure)
+  AND p.proowner <> c.relowner AND NOT o.rolsuper`, rels, fence, private+".guard()", private+".monotonic()")
+	if err != nil {
+		return nil, err
+	}
+	weak, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	if len(weak) > 0 {
+		return nil, fmt.Errorf("%w: %s: a trigger fires in the leader's transaction and writes under its token", ErrUnsafe, strings.Join(weak, "; "))
+	}
+	rows, err = tx.Query(ctx, `
+WITH r(oid) AS (SELECT pg_catalog.unnest($1::oid[]) UNION ALL SELECT $2::regclass::oid)
+SELECT t.oid FROM r JOIN pg_catalog.pg_trigger t ON t.tgrelid = r.oid
+WHERE NOT t.tgisinternal AND t.tgfoid NOT IN ($3::regprocedure, $4::regprocedure)
+ORDER BY t.oid`, rels, fence, private+".guard()", private+".monotonic()")
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[uint32])
 }

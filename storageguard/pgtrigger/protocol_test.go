@@ -263,3 +263,68 @@ func TestFastPathTrustsOnlyValidRows(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleRefusedAtOnce: a stale writer is refused at once, by its first
+// read of the fence row, while a current transaction holds the row FOR
+// SHARE — it never queues for the row lock, where it would hold up the
+// current writers that come after it (they would queue behind its FOR
+// UPDATE). The correct guard takes no lock on this path at all, so the
+// stale session's lock_timeout can only fire if it waits. (Mutation T3 of
+// issue 27: the first stale check off by one let term 33 through to the
+// raise path, which refused it only once the current transaction ended.)
+func TestStaleRefusedAtOnce(t *testing.T) {
+	d := guarded(t)
+	cur := d.session(t, "")
+	if st, _ := cur.Run("BEGIN; SET LOCAL termfence.token = '" + sign(t, key, ep(34, "node-b")) + "'; UPDATE ledger SET note = 'current, open';"); st != "00000" {
+		t.Fatalf("current write: %s", st)
+	}
+	stale := d.session(t, "")
+	if st, _ := stale.Run("SET lock_timeout = '5s';"); st != "00000" {
+		t.Fatalf("lock_timeout: %s", st)
+	}
+	for _, term := range []uint64{33, 32, 1} {
+		st, _ := stale.Run("BEGIN; SET LOCAL termfence.token = '" + sign(t, key, ep(term, "node-a")) + "'; UPDATE ledger SET note = 'stale'; COMMIT;")
+		if st != pgtrigger.CodeStale {
+			t.Fatalf("a writer of term %d while a transaction of 34 is open: SQLSTATE %s, want %s at once (55P03: it queued for the row lock)", term, st, pgtrigger.CodeStale)
+		}
+		stale.Run("ROLLBACK;")
+	}
+	// A second current writer is not held up either.
+	if st, _ := stale.Run("BEGIN; SET LOCAL termfence.token = '" + sign(t, key, ep(34, "node-b")) + "'; INSERT INTO ledger VALUES (2, 'second current'); COMMIT;"); st != "00000" {
+		t.Fatalf("a second writer of 34 beside the open one: SQLSTATE %s", st)
+	}
+	if st, _ := cur.Run("COMMIT;"); st != "00000" {
+		t.Fatalf("current commit: %s", st)
+	}
+	if n := d.count(t, "SELECT count(*) FROM ledger WHERE note = 'stale'"); n != 0 {
+		t.Fatalf("%d stale writes committed", n)
+	}
+}
+
+// TestWriterBehindNewerRaiseIsRefused: a writer of term 35 that queued
+// behind a raise to 36 (both newer than the committed 34, so both take the
+// raise path) is refused once the raise commits, and nothing it wrote
+// commits. (Mutation T3b of issue 27: the raise path's stale check off by
+// one admitted it.)
+func TestWriterBehindNewerRaiseIsRefused(t *testing.T) {
+	d := guarded(t)
+	raise := d.session(t, "")
+	if st, _ := raise.Run("BEGIN; SET LOCAL termfence.token = '" + sign(t, key, ep(36, "node-a")) + "'; INSERT INTO ledger VALUES (36, 'raise to 36');"); st != "00000" {
+		t.Fatalf("raise: %s", st)
+	}
+	late := d.session(t, "")
+	late.Send("\\set LAST_ERROR_SQLSTATE 00000\nBEGIN; SET LOCAL termfence.token = '" + sign(t, key, ep(35, "node-c")) + "'; INSERT INTO ledger VALUES (35, 'by 35'); COMMIT;")
+	d.waitBlocked(t, 1)
+	if st, _ := raise.Run("COMMIT;"); st != "00000" {
+		t.Fatalf("raise commit: %s", st)
+	}
+	if st, _ := late.Wait(); st != pgtrigger.CodeStale {
+		t.Fatalf("a writer of 35 queued behind the raise to 36: SQLSTATE %s, want %s", st, pgtrigger.CodeStale)
+	}
+	if n := d.count(t, "SELECT count(*) FROM ledger WHERE id = 35"); n != 0 {
+		t.Fatal("the write of 35 committed after the raise to 36")
+	}
+	if h := d.highest(t, "ledger"); h != ep(36, "node-a") {
+		t.Fatalf("fence = %v, want payments/36/node-a", h)
+	}
+}

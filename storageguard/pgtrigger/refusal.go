@@ -46,8 +46,17 @@ const (
 	CodeFenceRegress = "TF008"
 	// CodeMisconfigured: the guard's trigger was created by hand in a way
 	// Install never does (not BEFORE … FOR EACH STATEMENT, or wrong
-	// arguments).
+	// arguments, or by an older release), or a role other than the owner
+	// holds TRIGGER on the guarded tree or the fence table, or a trigger
+	// there was added after Install: every write is refused (closed) until
+	// the owner removes it and runs Install again.
 	CodeMisconfigured = "TF009"
+	// CodeFenceUnverified: a role other than the fence table's owner
+	// created or raised a row of termfence_fence of a cluster whose key is
+	// in the database, and the row is not the epoch of the token its
+	// transaction presented. (With no token, or one that does not verify,
+	// the refusal is CodeNoToken … CodeBadSignature, as the guard's.)
+	CodeFenceUnverified = "TF010"
 )
 
 // Refusal returns the storageguard or epoch error that a guard's refusal in
@@ -56,8 +65,9 @@ const (
 // CodeConflict, *ForeignError for CodeForeign (all naming the resource and
 // epochs the guard reported), an error matching
 // storageguard.ErrUnauthenticated for CodeNoToken, CodeUnsigned (also
-// epoch.ErrUnsigned) and CodeBadSignature (also epoch.ErrBadSignature), and
-// one matching epoch.ErrMalformed for CodeMalformed. The *pgconn.PgError
+// epoch.ErrUnsigned), CodeBadSignature (also epoch.ErrBadSignature) and
+// CodeFenceUnverified, and one matching epoch.ErrMalformed for
+// CodeMalformed. The *pgconn.PgError
 // stays reachable with errors.As.
 func Refusal(err error) error {
 	var pe *pgconn.PgError
@@ -74,6 +84,8 @@ func Refusal(err error) error {
 		return fmt.Errorf("%w: %w: %w", storageguard.ErrUnauthenticated, epoch.ErrBadSignature, pe)
 	case CodeMalformed:
 		return fmt.Errorf("%w: %w", epoch.ErrMalformed, pe)
+	case CodeFenceUnverified:
+		return fmt.Errorf("%w: %w", storageguard.ErrUnauthenticated, pe)
 	case CodeStale:
 		return fmt.Errorf("%w (%w)", &storageguard.StaleError{Resource: d.resource, Presented: d.presented, Highest: d.highest}, pe)
 	case CodeConflict:
