@@ -161,6 +161,16 @@ func (d *Disk) FailSync(rel string) {
 	d.mu.Unlock()
 }
 
+// FailNextSync is FailSync(""): the next sync of anything fails.
+func (d *Disk) FailNextSync() { d.FailSync("") }
+
+// PowerCut is Cut with Torn set as torn, without the counts; with
+// FailNextSync it makes a Disk a fencetest.PowerDisk.
+func (d *Disk) PowerCut(torn bool) error {
+	_, err := d.Cut(CutOptions{Torn: torn})
+	return err
+}
+
 // takeFailure reports whether a sync of in must fail now, consuming the
 // armed failure. Caller holds d.mu.
 func (d *Disk) takeFailure(in *inode) bool {
