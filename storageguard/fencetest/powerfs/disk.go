@@ -106,6 +106,13 @@ func Mount(dir string, opts Options) (*Disk, error) {
 func (d *Disk) mount() error {
 	zero := time.Duration(0)
 	root := &node{d: d, m: d.m, in: d.m.root}
+	// go-fuse opens a file on the new mount without O_CLOEXEC (its poll
+	// hack) and closes it again: a process forked meanwhile, by any
+	// goroutine, would inherit it and, holding a file on this disk, die at
+	// its next cut. Hold forks off while mounting, as code that opens
+	// descriptors without O_CLOEXEC must (syscall.ForkLock).
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
 	srv, err := fs.Mount(d.dir, root, &fs.Options{
 		EntryTimeout:    &zero,
 		AttrTimeout:     &zero,
