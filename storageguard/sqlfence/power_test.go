@@ -30,7 +30,7 @@ func TestSQLitePowerLoss(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			disk := powerfs.MountTest(t, powerfs.Options{})
-			fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 6, Variant: mode})
+			fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 4, Variant: mode})
 		})
 	}
 }
