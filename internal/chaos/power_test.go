@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/termfence/termfence/storageguard/fencetest/powerfs"
 )
@@ -29,6 +30,8 @@ func TestChaosPowerLoss(t *testing.T) {
 			t.Fatalf("TERMFENCE_CHAOS_POWER_FAULTS=%q: %v", v, err)
 		}
 		cfg.Faults = n
+		// A long history: give porcupine the long mode's time.
+		cfg.CheckTimeout = 20 * time.Minute
 	}
 	cfg.Forge = "" // the hostile peer has its own run (TestChaos)
 	cfg.FailureDir = t.TempDir()
