@@ -64,7 +64,11 @@ func TestSlowDiskFigures(t *testing.T) {
 		}
 		heartbeat = d
 	}
+	only := os.Getenv("TERMFENCE_SLOWDISK_ONLY") // a disk's name, to measure it alone
 	for _, dk := range disks {
+		if only != "" && dk.name != only {
+			continue
+		}
 		line := slowDiskRun(t, phase, heartbeat, dk.name, dk.delay)
 		fmt.Println(line)
 		t.Log(line)
