@@ -1,6 +1,7 @@
 package powerfs
 
 import (
+	"bufio"
 	"errors"
 	"os"
 	"os/exec"
@@ -114,14 +115,24 @@ func TestDiskRenameNeedsDirSync(t *testing.T) {
 
 func TestDiskCutEndsProcessesOnIt(t *testing.T) {
 	d := MountTest(t, Options{})
-	cmd := exec.Command("sleep", "1000")
-	cmd.Dir = d.Dir()
+	// The shell enters the mount after exec: a child started with cmd.Dir
+	// on the mount changes directory between fork and exec, while the Go
+	// runtime of this process (the disk's server) holds syscall.ForkLock,
+	// and once hung there for good.
+	cmd := exec.Command("sh", "-c", `cd "$1" && echo in && exec sleep 1000`, "sh", d.Dir())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "in\n" {
+		t.Fatalf("the child did not enter the mount: %q, %v", line, err)
+	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	st := cut(t, d, false)
-	err := cmd.Wait()
+	err = cmd.Wait()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("the process on the mount was not killed by the cut: %v", err)
 	}

@@ -62,6 +62,10 @@
 //     its own FUSE server must answer can stop the Go runtime (a thread
 //     in a page fault cannot be preempted for the garbage collector) and
 //     hang it, so bbolt and SQLite run on the mount in child processes.
+//     Nor should a child be started with its working directory on the
+//     mount (exec.Cmd.Dir): it changes directory between fork and exec,
+//     a request this process must answer while it is forking, and once
+//     hung there for good; let the child enter the mount itself.
 //   - Linux only in practice (mount(2) of /dev/fuse as root, no
 //     fusermount); tests skip, saying so, where that is missing.
 package powerfs
