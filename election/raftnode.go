@@ -139,6 +139,7 @@ func (n *raftNode) openStores(c Config) (raft.LogStore, raft.StableStore, raft.S
 		return s, s, raft.NewInmemSnapshotStore(), nil
 	}
 	dir := c.DataDir
+	existing := firstExisting(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, nil, fmt.Errorf("election: data dir: %w", err)
 	}
@@ -154,6 +155,10 @@ func (n *raftNode) openStores(c Config) (raft.LogStore, raft.StableStore, raft.S
 	}
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("election: opening %s: %w", path, err)
+	}
+	if err := syncDataDir(dir, existing); err != nil {
+		_ = store.Close()
+		return nil, nil, nil, fmt.Errorf("election: sync data dir %s: %w", dir, err)
 	}
 	logs, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/internal/netlab"
+	"github.com/termfence/termfence/storageguard/fencetest/powerfs"
 )
 
 // node is one `cluster node` process.
@@ -29,6 +30,7 @@ type node struct {
 // cluster is the system under test: the nodes and the store, as processes,
 // and the HTTP client that talks to them.
 type cluster struct {
+	disks    map[string]*powerfs.Disk // PowerLoss: by node ID, and "store"
 	cfg      Config
 	nodes    []*node
 	store    *proc
@@ -107,7 +109,7 @@ func newCluster(ctx context.Context, cfg Config) (*cluster, error) {
 	}
 	c.storeURL = "http://" + storeAddr
 	c.storeAF = filepath.Join(cfg.Dir, "store.addr")
-	data := filepath.Join(cfg.Dir, "store."+cfg.Backend)
+	data := filepath.Join(storeDataDir(cfg), "store."+cfg.Backend)
 	if cfg.Backend == "postgres" {
 		data = cfg.PostgresDSN
 	}
@@ -150,6 +152,10 @@ func newCluster(ctx context.Context, cfg Config) (*cluster, error) {
 			args = append(args, "-fault-endpoint")
 		}
 		n.proc = &proc{name: n.id, bin: cfg.Binary, args: args, logPath: filepath.Join(cfg.Dir, n.id+".log"), addr: httpAddr, host: host(i)}
+	}
+	if err := c.mountDisks(); err != nil { // power.go
+		c.closeLab()
+		return nil, err
 	}
 	return c, nil
 }
@@ -282,6 +288,7 @@ func (c *cluster) close() {
 		go func() { defer wg.Done(); p.kill() }()
 	}
 	wg.Wait()
+	c.unmountDisks() // power.go
 	c.tr.CloseIdleConnections()
 	c.closeLab()
 }

@@ -34,16 +34,21 @@ const (
 	// killSession: pg_terminate_backend of the store's PostgreSQL sessions,
 	// mid-write (postgres backend only).
 	killSession
+	// powerCutNode, powerCutStore: a power cut under a node's data
+	// directory or the store's data (Config.PowerLoss; power.go).
+	powerCutNode
+	powerCutStore
 	numFaultKinds
 )
 
-var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store", "hostile-peer", "refused-link", "disconnect", "trickle", "kill-session"}
+var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store", "hostile-peer", "refused-link", "disconnect", "trickle", "kill-session", "power-cut-node", "power-cut-store"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
 // faultWeights: pauses are the fault fencing exists for, so they come most.
 var faultWeights = [numFaultKinds]int{pauseLeader: 35, killNode: 20, partition: 20, resign: 10, killStore: 15,
-	hostilePeer: 10, refusedLink: 10, disconnect: 15, trickle: 20, killSession: 20}
+	hostilePeer: 10, refusedLink: 10, disconnect: 15, trickle: 20, killSession: 20,
+	powerCutNode: 20, powerCutStore: 15}
 
 // allowed reports whether the run's backend and mode take fault kind k.
 func (n *nemesis) allowed(k faultKind) bool {
@@ -56,6 +61,10 @@ func (n *nemesis) allowed(k faultKind) bool {
 		return n.cfg.Backend == "postgres"
 	case hostilePeer:
 		return n.cfg.Forge != ""
+	case powerCutNode:
+		return n.cfg.PowerLoss
+	case powerCutStore:
+		return n.cfg.PowerLoss && n.cfg.durable() && n.cfg.Backend != "postgres"
 	}
 	return true
 }
@@ -200,6 +209,10 @@ func (n *nemesis) one(ctx context.Context, pick func() faultKind) error {
 		err = n.trickle(ctx)
 	case killSession:
 		err = n.killSession(ctx)
+	case powerCutNode:
+		err = n.powerCutNode(ctx, n.rng.Intn(len(n.c.nodes)), n.leases(1, 6))
+	case powerCutStore:
+		err = n.powerCutStore(ctx, n.leases(0, 4))
 	}
 	if err != nil {
 		return fmt.Errorf("chaos: fault %d (%v): %w", n.faults+1, kind, err)

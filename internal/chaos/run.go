@@ -68,6 +68,10 @@ type Config struct {
 	// are the kernel's (links down, blackhole/unreachable/prohibit routes,
 	// refused connections) instead of the nodes' POST /fault.
 	Netlab bool
+	// PowerLoss puts each node's data directory and the store's data on a
+	// powerfs disk of its own (needs root and /dev/fuse) and adds the
+	// power-cut faults (power.go).
+	PowerLoss bool
 }
 
 // Validate reports the first problem with c.

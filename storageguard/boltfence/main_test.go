@@ -2,6 +2,7 @@ package boltfence_test
 
 import (
 	"errors"
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -14,7 +15,14 @@ import (
 // durable is the fence as the multi-process tests open it: bbolt admits
 // one process per file, so a child that finds it locked tries again.
 var durable = fencetest.Durable{
-	Open: func(path string) (storageguard.Fence, error) { return boltfence.Open(path) },
+	Open: func(path string) (storageguard.Fence, error) {
+		// The power-loss control asks for a fence whose commits are not
+		// synced.
+		if os.Getenv(fencetest.VariantEnv) == "nosync" {
+			return boltfence.OpenNoSync(path)
+		}
+		return boltfence.Open(path)
+	},
 	Busy: func(err error) bool { return errors.Is(err, boltfence.ErrLocked) },
 }
 

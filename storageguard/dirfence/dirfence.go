@@ -105,6 +105,9 @@ type Fence struct {
 	// syncHook, if set, is called before every sync of the fence (tests
 	// count syncs through it, or fail one); its error is the sync's.
 	syncHook func(f *os.File, kind syncKind) error
+	// skip removes syncs, for the controls of the power-loss tests only
+	// (export_test.go): each such test must fail with the sync removed.
+	skip skipSyncs
 
 	closeMu  sync.RWMutex
 	inflight sync.WaitGroup

@@ -35,7 +35,7 @@ func (d *Fence) load(e *entry) error {
 		return fmt.Errorf("dirfence: fence file %s is corrupt: %w", e.path, err)
 	}
 	if len(b) > 0 {
-		if err := d.sync(e.f, syncData); err != nil {
+		if err := d.syncUnless(skipLoadData, e.f, syncData); err != nil {
 			// Never trust what a failed sync covered: the next caller opens
 			// the file again (a descriptor that saw a write-back error may
 			// not report it twice) and syncs before it reads anything in.
@@ -44,7 +44,7 @@ func (d *Fence) load(e *entry) error {
 			return fmt.Errorf("dirfence: sync fence file %s: %w", e.path, err)
 		}
 		if !e.synced {
-			if err := d.sync(d.dirFile, syncDir); err != nil {
+			if err := d.syncUnless(skipLoadDir, d.dirFile, syncDir); err != nil {
 				e.closeFile()
 				return fmt.Errorf("dirfence: sync fence dir: %w", err)
 			}
@@ -133,7 +133,7 @@ func (d *Fence) raise(e *entry, ep epoch.Epoch) error {
 		d.unraise(e, target)
 		return fmt.Errorf("dirfence: raise fence file %s to %s: %w", e.path, ep, err)
 	}
-	if err := d.sync(e.f, syncData); err != nil {
+	if err := d.syncUnless(skipRaiseData, e.f, syncData); err != nil {
 		d.unraise(e, target)
 		return fmt.Errorf("dirfence: sync fence file %s after raising to %s: %w", e.path, ep, err)
 	}

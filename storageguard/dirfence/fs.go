@@ -27,6 +27,16 @@ const (
 	syncDir                  // the directory's entries (fsync)
 )
 
+// skipSyncs names syncs a test removes to show that a test fails without
+// them; zero (always, outside tests) removes none.
+type skipSyncs int
+
+const (
+	skipRaiseData skipSyncs = 1 << iota // raise: the fdatasync of the slot
+	skipLoadData                        // load: the fdatasync of a record another process wrote (D4)
+	skipLoadDir                         // load: the fsync of the directory that names it (D5)
+)
+
 // openAt opens name in the fence directory, relative to the directory the
 // fence opened (never through a path that could be swapped), never
 // following a symbolic link, and refuses anything but a regular file.
@@ -102,6 +112,14 @@ func (d *Fence) sync(f *os.File, kind syncKind) error {
 		return datasync(f)
 	}
 	return f.Sync()
+}
+
+// syncUnless is sync, unless a test removed this sync (Fence.skip).
+func (d *Fence) syncUnless(s skipSyncs, f *os.File, kind syncKind) error {
+	if d.skip&s != 0 {
+		return nil
+	}
+	return d.sync(f, kind)
 }
 
 // syncPath fsyncs the directory at path.

@@ -19,7 +19,13 @@ import (
 
 // durable is the fence as the multi-process tests of fencetest open it.
 var durable = fencetest.Durable{
-	Open: func(path string) (storageguard.Fence, error) { return dirfence.Open(path) },
+	Open: func(path string) (storageguard.Fence, error) {
+		// The power-loss controls ask for a fence with a sync removed.
+		if v := os.Getenv(fencetest.VariantEnv); v != "" {
+			return dirfence.OpenMutant(path, v)
+		}
+		return dirfence.Open(path)
+	},
 }
 
 // childEnv names the role of this package's own child processes (see

@@ -42,6 +42,14 @@
 //     runs or Admit returns. A bbolt file opened NoSync, a dirfence raise
 //     without its fdatasync, or SQLite below synchronous=FULL fail it.
 //
+//   - PowerLoss (unix, with a PowerDisk such as powerfs, root and
+//     /dev/fuse): child processes raise while the power is cut under them
+//     (torn writes, failed fsyncs); after every cut each acknowledged
+//     raise is there and each refused term stays refused, shown by losing
+//     what was not synced rather than by reading system calls.
+//     PowerLossControl runs it on a fence with a sync removed and fails
+//     unless the loss is caught.
+//
 //   - CancelHolds: cancelling the caller's context while the write (or a
 //     transaction's function) runs does not release the admission; Run
 //     checks it on every fence's Do.

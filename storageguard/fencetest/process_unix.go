@@ -56,6 +56,10 @@ func RunChild(d Durable) {
 		code = childRaiser(d)
 	case "syncer":
 		code = childSyncer(d)
+	case "racer":
+		code = childRacer(d)
+	case "prober":
+		code = childProber(d)
 	default:
 		fmt.Fprintf(os.Stderr, "fencetest child: unknown role %q\n", role)
 		code = 2

@@ -17,7 +17,11 @@
 //     row's lock (FOR SHARE on PostgreSQL, the database's write lock on
 //     SQLite), so no newer epoch is admitted until it returns. On SQLite a
 //     raise is refused (ErrNotDurable) on a connection below
-//     synchronous=FULL, whose commit would not be synced.
+//     synchronous=FULL, whose commit would not be synced, in journal_mode
+//     OFF or MEMORY, and in journal_mode DELETE below synchronous=EXTRA
+//     (its commit, the journal's unlink, is synced only at EXTRA): power
+//     cuts on a filesystem that loses what was not synced
+//     (TestSQLitePowerLoss, powerfs) lost acknowledged raises in each.
 //   - The context bounds the wait to get in (the lock, the check, the
 //     raise), never the hold: the transaction is begun under a context
 //     that the caller's cancellation does not reach (database/sql would

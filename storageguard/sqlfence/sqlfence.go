@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -83,6 +84,9 @@ type Fence struct {
 	db     *sql.DB
 	d      Dialect
 	closed atomic.Bool
+	// noDurableCheck skips checkDurable: for the control of the power-loss
+	// test only (export_test.go), which must lose a raise without it.
+	noDurableCheck bool
 
 	qInsert, qLock, qSelectShared, qSelectHold, qSelectUpdate, qSelectPlain, qUpdate, qCreate string
 
@@ -326,17 +330,45 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 	return tx.Commit()
 }
 
-// checkDurable refuses a raise on a SQLite connection whose synchronous
-// setting would not make the commit durable: below FULL, a commit in WAL
-// mode is not synced (and below NORMAL nothing is), so a power loss could
-// take back a raise that writes were already admitted under (I5).
+// checkDurable refuses a raise on a SQLite connection whose settings would
+// not make the commit durable, so that a power loss cannot take back a
+// raise that writes were already admitted under (I5):
+//
+//   - synchronous below FULL: a commit in WAL mode is not synced (and
+//     below NORMAL nothing is);
+//   - journal_mode OFF or MEMORY: a commit torn by a power cut cannot be
+//     rolled back, and with OFF nothing ever syncs the directory that
+//     names a new database file (it vanished in powerfs cuts, every raise
+//     with it);
+//   - journal_mode DELETE below EXTRA: the commit is the journal's unlink,
+//     which only EXTRA syncs; without it a power cut brings the journal
+//     back and the next open rolls the committed raise back (seen in
+//     powerfs cuts: TestSQLitePowerLoss/delete-full lost acknowledged
+//     raises).
+//
+// WAL, TRUNCATE and PERSIST at FULL or EXTRA, and DELETE at EXTRA, pass.
 func (f *Fence) checkDurable(ctx context.Context, tx *sql.Tx) error {
+	if f.noDurableCheck {
+		return nil
+	}
 	var level int
 	if err := tx.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&level); err != nil {
 		return fmt.Errorf("sqlfence: read SQLite synchronous setting: %w", err)
 	}
 	if level < 2 {
 		return fmt.Errorf("%w: SQLite synchronous is %d, a raise needs FULL (2) or EXTRA (3): open the database with _pragma=synchronous(FULL)", ErrNotDurable, level)
+	}
+	var mode string
+	if err := tx.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("sqlfence: read SQLite journal mode: %w", err)
+	}
+	switch strings.ToLower(mode) {
+	case "off", "memory":
+		return fmt.Errorf("%w: SQLite journal_mode is %s, whose commits a power cut can tear or lose: use WAL (_pragma=journal_mode(WAL))", ErrNotDurable, mode)
+	case "delete":
+		if level < 3 {
+			return fmt.Errorf("%w: SQLite journal_mode DELETE needs synchronous EXTRA (3), which syncs the journal's removal that commits, not %d: use WAL, or _pragma=synchronous(EXTRA)", ErrNotDurable, level)
+		}
 	}
 	return nil
 }

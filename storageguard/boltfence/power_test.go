@@ -1,0 +1,26 @@
+//go:build linux
+
+package boltfence_test
+
+import (
+	"testing"
+
+	"github.com/termfence/termfence/storageguard/fencetest"
+	"github.com/termfence/termfence/storageguard/fencetest/powerfs"
+)
+
+// TestPowerLoss: a process raising through a bbolt file loses no
+// acknowledged raise to a power cut (fencetest.PowerLoss on powerfs).
+func TestPowerLoss(t *testing.T) {
+	t.Parallel()
+	disk := powerfs.MountTest(t, powerfs.Options{})
+	fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{})
+}
+
+// TestPowerLossControl: the same with bbolt's NoSync set (the test-only
+// variant "nosync"): PowerLoss must catch it.
+func TestPowerLossControl(t *testing.T) {
+	t.Parallel()
+	disk := powerfs.MountTest(t, powerfs.Options{})
+	fencetest.PowerLossControl(t, durable, disk, fencetest.PowerOptions{Variant: "nosync"})
+}

@@ -1,0 +1,80 @@
+//go:build linux
+
+package sqlfence_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/termfence/termfence/storageguard/fencetest"
+	"github.com/termfence/termfence/storageguard/fencetest/powerfs"
+	"github.com/termfence/termfence/storageguard/sqlfence"
+)
+
+// sqlitePowerModes are the journal modes and synchronous levels under which
+// sqlfence accepts a raise on SQLite.
+var sqlitePowerModes = []string{
+	"wal-full", "wal-extra", "truncate-full", "truncate-extra",
+	"persist-full", "persist-extra", "delete-extra",
+}
+
+// TestSQLitePowerLoss: in every journal mode and synchronous level that
+// sqlfence accepts for a raise, a process raising through a SQLite file
+// loses no acknowledged raise to a power cut (fencetest.PowerLoss on
+// powerfs).
+func TestSQLitePowerLoss(t *testing.T) {
+	for _, mode := range sqlitePowerModes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			disk := powerfs.MountTest(t, powerfs.Options{})
+			fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 4, Variant: mode})
+		})
+	}
+}
+
+// TestSQLitePowerLossControl: journal_mode DELETE at synchronous FULL,
+// which sqlfence accepted before and now refuses, with that refusal
+// switched off (the test-only knob SkipDurableCheck): the commit's journal
+// unlink is never synced, a cut brings the journal back, and PowerLoss
+// must catch the acknowledged raise rolled back.
+func TestSQLitePowerLossControl(t *testing.T) {
+	t.Parallel()
+	disk := powerfs.MountTest(t, powerfs.Options{})
+	fencetest.PowerLossControl(t, durable, disk, fencetest.PowerOptions{Variant: "delete-full-nocheck"})
+}
+
+// TestSQLiteUndurableJournalRefused: a raise is refused (ErrNotDurable)
+// in the journal modes whose commit a power cut can take back.
+func TestSQLiteUndurableJournalRefused(t *testing.T) {
+	for _, mode := range []string{"delete-full", "memory-full", "memory-extra", "off-full", "off-extra"} {
+		t.Run(mode, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "fence.db")
+			m, l, _ := cutDash(mode)
+			db, err := sql.Open("sqlite", "file:"+p+"?_pragma=busy_timeout(20000)&_pragma=journal_mode("+m+")&_pragma=synchronous("+l+")")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			f := open(t, db, sqlfence.SQLite)
+			ctx := context.Background()
+			if err := f.Admit(ctx, "r", ep(3, "a")); !errors.Is(err, sqlfence.ErrNotDurable) {
+				t.Fatalf("raise in %s = %v, want ErrNotDurable", mode, err)
+			}
+			if h, err := f.Highest(ctx, "r"); err != nil || !h.IsZero() {
+				t.Fatalf("Highest = %v, %v after a refused raise", h, err)
+			}
+		})
+	}
+}
+
+func cutDash(s string) (string, string, bool) {
+	for i := range s {
+		if s[i] == '-' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
