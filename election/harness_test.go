@@ -28,9 +28,9 @@ import (
 // Test timing: hashicorp's own tests use 50 ms for all three. LLT must stay
 // comfortably above an fsync, since heartbeats wait behind disk writes.
 const (
-	testHT  = 50 * time.Millisecond
-	testET  = 50 * time.Millisecond
-	testLLT = 25 * time.Millisecond
+	testHT   = 50 * time.Millisecond
+	testET   = 50 * time.Millisecond
+	testLLT  = 25 * time.Millisecond
 	pollTick = 2 * time.Millisecond
 )
 
