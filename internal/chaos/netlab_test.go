@@ -10,6 +10,8 @@ import (
 
 	"github.com/termfence/termfence/internal/netlab"
 	"github.com/termfence/termfence/internal/netlab/netlabtest"
+
+	"github.com/termfence/termfence/internal/testwait"
 )
 
 // netlabConfig is the netlab mode's short run: 3 nodes, the store and the
@@ -119,7 +121,7 @@ func TestNetlabFaultsCutTheLeader(t *testing.T) {
 	// still claim its old one for a moment).
 	leader := func(what string, not int, above uint64) (int, uint64) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
+		deadline := time.Now().Add(testwait.Bound(20 * time.Second))
 		for time.Now().Before(deadline) {
 			best, bestTerm := -1, above
 			for i := range c.nodes {
