@@ -51,7 +51,10 @@ func TestChaosNetlab(t *testing.T) {
 	if res.Faults < cfg.Faults {
 		t.Errorf("only %d faults injected, want >= %d", res.Faults, cfg.Faults)
 	}
-	if !res.OK() {
+	if res.Unknown() {
+		t.Logf("linearizability: unknown (porcupine ran out of time; not a failure); history in %s", res.FailurePath)
+	}
+	if !res.Passed() {
 		for _, s := range res.LeaderConflicts {
 			t.Errorf("leader conflict: %s", s)
 		}
