@@ -59,7 +59,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "mutate: copy the tree:", err)
 		os.Exit(2)
 	}
-	var killed, survived, timedOut []string
+	var killed, survived, timedOut, unbuilt []string
 	start := time.Now()
 	for _, m := range ms {
 		res, out, d := run(tmp, m, *bound)
@@ -72,13 +72,16 @@ func main() {
 			}
 		case "survived":
 			survived = append(survived, m.ID)
+		case "unbuilt":
+			unbuilt = append(unbuilt, m.ID)
+			fmt.Println(indent(lastLines(out, 5)))
 		default:
 			timedOut = append(timedOut, m.ID)
 		}
 	}
-	fmt.Printf("mutate: %d mutants in %v: %d killed, %d survived %v, %d timed out %v\n",
-		len(ms), time.Since(start).Round(time.Second), len(killed), len(survived), survived, len(timedOut), timedOut)
-	if len(survived)+len(timedOut) > 0 {
+	fmt.Printf("mutate: %d mutants in %v: %d killed, %d survived %v, %d timed out %v, %d did not compile %v\n",
+		len(ms), time.Since(start).Round(time.Second), len(killed), len(survived), survived, len(timedOut), timedOut, len(unbuilt), unbuilt)
+	if len(survived)+len(timedOut)+len(unbuilt) > 0 {
 		os.Exit(1)
 	}
 }
@@ -170,7 +173,8 @@ func run(dir string, m mutant, bound time.Duration) (result string, out []byte, 
 		return "survived", buf.Bytes(), took
 	}
 	if bytes.Contains(buf.Bytes(), []byte("[build failed]")) || bytes.Contains(buf.Bytes(), []byte("[setup failed]")) {
-		return "killed", buf.Bytes(), took // a mutant that does not compile is caught, if cheaply
+		// Caught by the compiler, not by a test: the mutant needs fixing.
+		return "unbuilt", buf.Bytes(), took
 	}
 	return "killed", buf.Bytes(), took
 }
