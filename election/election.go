@@ -46,6 +46,9 @@ type Election struct {
 	// triple read that passed and the building of the epoch: the window
 	// in which a step-down must not change the epoch handed out.
 	heldHook atomic.Pointer[func()]
+	// tripleHook, when set (by tests only), runs in the triple read
+	// between the read of State and the second read of CurrentTerm.
+	tripleHook atomic.Pointer[func()]
 
 	hub  hub
 	meta *metaStore // member metadata, replicated through the log (meta.go)

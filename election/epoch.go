@@ -52,6 +52,9 @@ func (e *Election) held() (uint64, bool) {
 func (e *Election) tripleRead() (uint64, bool) {
 	t1 := e.raft.CurrentTerm()
 	leader := e.raft.State() == raft.Leader
+	if h := e.tripleHook.Load(); h != nil {
+		(*h)()
+	}
 	t2 := e.raft.CurrentTerm()
 	return t1, leader && t1 == t2
 }

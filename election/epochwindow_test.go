@@ -21,33 +21,9 @@ func TestEpochBuiltFromCheckedTerm(t *testing.T) {
 	r := ld.el.Raft()
 	var ran atomic.Bool
 	hook := func() {
-		if ran.Swap(true) {
-			return
+		if !ran.Swap(true) {
+			moveTermOn(t, c, ld, ep.Term)
 		}
-		// Cut off, the leader steps down but (raft pre-votes) keeps its
-		// term; the others elect a leader of a newer term, and once
-		// connected again the old leader learns that term.
-		for _, o := range c.nodes {
-			if o != ld {
-				ld.mem.Disconnect(o.mem)
-			}
-		}
-		waitFor(t, "a leader of a newer term among the others", func() bool {
-			for _, o := range c.nodes {
-				if o != ld && o.el.Raft().State() == raft.Leader && o.el.Raft().CurrentTerm() > ep.Term {
-					return true
-				}
-			}
-			return false
-		})
-		for _, o := range c.nodes {
-			if o != ld {
-				ld.mem.Connect(o.mem)
-			}
-		}
-		waitFor(t, "the old leader to learn the newer term", func() bool {
-			return r.CurrentTerm() > ep.Term
-		})
 	}
 	ld.el.heldHook.Store(&hook)
 	got, err := ld.el.Epoch()
@@ -64,5 +40,65 @@ func TestEpochBuiltFromCheckedTerm(t *testing.T) {
 	}
 	if _, err := ld.el.Epoch(); err == nil {
 		t.Fatal("Epoch succeeds after the leader was cut off and started a newer election")
+	}
+}
+
+// moveTermOn cuts ld off from every peer until the others elect a leader
+// of a term above term, then reconnects it until it has learnt that term
+// (raft pre-votes, so a node cut off alone keeps its term).
+func moveTermOn(t *testing.T, c *cluster, ld *node, term uint64) {
+	r := ld.el.Raft()
+	// Cut off, the leader steps down but (raft pre-votes) keeps its
+	// term; the others elect a leader of a newer term, and once
+	// connected again the old leader learns that term.
+	for _, o := range c.nodes {
+		if o != ld {
+			ld.mem.Disconnect(o.mem)
+		}
+	}
+	waitFor(t, "a leader of a newer term among the others", func() bool {
+		for _, o := range c.nodes {
+			if o != ld && o.el.Raft().State() == raft.Leader && o.el.Raft().CurrentTerm() > term {
+				return true
+			}
+		}
+		return false
+	})
+	for _, o := range c.nodes {
+		if o != ld {
+			ld.mem.Connect(o.mem)
+		}
+	}
+	waitFor(t, "the old leader to learn the newer term", func() bool {
+		return r.CurrentTerm() > term
+	})
+}
+
+// TestTripleReadSeesTermChange: the triple read fails if raft's term
+// changed between its first and second read of CurrentTerm, even though
+// State said Leader in between (I1 at the instant of a step-down). A hook
+// holds the read between State and the second CurrentTerm while the term
+// moves on; a triple read that does not compare the two terms hands out
+// the old epoch although raft left that term.
+func TestTripleReadSeesTermChange(t *testing.T) {
+	c := newCluster(t, 3)
+	ld, ep := c.leader()
+	c.unwatch(ld)
+	var armed, ran atomic.Bool
+	hook := func() {
+		if armed.Load() && !ran.Swap(true) {
+			moveTermOn(t, c, ld, ep.Term)
+		}
+	}
+	ld.el.tripleHook.Store(&hook)
+	armed.Store(true)
+	got, err := ld.el.Epoch()
+	ld.el.tripleHook.Store(nil)
+	if !ran.Load() {
+		t.Fatalf("the triple read did not reach the hook: %v, %v", got, err)
+	}
+	if err == nil {
+		c.check.epoch("triple", ld.id, got)
+		t.Fatalf("Epoch() = %v although raft's term moved from %d to %d during the triple read", got, ep.Term, ld.el.Raft().CurrentTerm())
 	}
 }

@@ -97,7 +97,7 @@ var mutants = []mutant{
 		Original: "\t\tif ed25519.Verify(p, msg, sig) {\n", Replacement: "\t\tif ed25519.Verify(p, msg, sig) || len(sig) > 0 {\n"},
 
 	// election: triple read, confirmation, waker.
-	{ID: "E1", File: "election/epoch.go", Packages: pkElection, Run: "TestEpoch|TestStepDown",
+	{ID: "E1", File: "election/epoch.go", Packages: pkElection, Run: "TestEpoch|TestStepDown|TestTripleRead",
 		What: "the triple read does not compare the two terms", Original: "return t1, leader && t1 == t2", Replacement: "return t1, leader && t2 > 0"},
 	{ID: "E1c", File: "election/epoch.go", Packages: pkElection, Run: "TestEpoch|TestStepDown",
 		What: "held trusts the published term alone", Original: "return p, ok && p != 0 && t == p", Replacement: "return p, p != 0 && (ok || t >= 0)"},
