@@ -42,6 +42,14 @@ type Election struct {
 	// back, to show that Epoch does not depend on it.
 	confirmGate atomic.Pointer[chan struct{}]
 
+	// heldHook, when set (by tests only), runs in Epoch between the
+	// triple read that passed and the building of the epoch: the window
+	// in which a step-down must not change the epoch handed out.
+	heldHook atomic.Pointer[func()]
+	// tripleHook, when set (by tests only), runs in the triple read
+	// between the read of State and the second read of CurrentTerm.
+	tripleHook atomic.Pointer[func()]
+
 	hub  hub
 	meta *metaStore // member metadata, replicated through the log (meta.go)
 

@@ -25,6 +25,11 @@ func (e *Election) Epoch() (epoch.Epoch, error) {
 		return epoch.Epoch{}, ErrClosed
 	}
 	if t, ok := e.held(); ok {
+		if h := e.heldHook.Load(); h != nil {
+			(*h)()
+		}
+		// The epoch is built from the term the triple read checked, never
+		// from a later read: raft may have moved on since.
 		return epoch.Epoch{Cluster: e.cfg.Cluster, Term: t, Leader: e.cfg.ID}, nil
 	}
 	return epoch.Epoch{}, e.notLeader()
@@ -47,6 +52,9 @@ func (e *Election) held() (uint64, bool) {
 func (e *Election) tripleRead() (uint64, bool) {
 	t1 := e.raft.CurrentTerm()
 	leader := e.raft.State() == raft.Leader
+	if h := e.tripleHook.Load(); h != nil {
+		(*h)()
+	}
 	t2 := e.raft.CurrentTerm()
 	return t1, leader && t1 == t2
 }

@@ -21,19 +21,24 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/internal/raftlog"
+	"github.com/termfence/termfence/internal/testwait"
 	"github.com/termfence/termfence/transport"
 )
 
 // Test timing: hashicorp's own tests use 50 ms for all three. LLT must stay
 // comfortably above an fsync, since heartbeats wait behind disk writes.
 const (
-	testHT  = 50 * time.Millisecond
-	testET  = 50 * time.Millisecond
-	testLLT = 25 * time.Millisecond
-	// waitLong bounds every wait for a cluster-level condition.
-	waitLong = 10 * time.Second
+	testHT   = 50 * time.Millisecond
+	testET   = 50 * time.Millisecond
+	testLLT  = 25 * time.Millisecond
 	pollTick = 2 * time.Millisecond
 )
+
+// waitLong bounds every wait for a cluster-level condition: 30 s, scaled
+// with the machine's load (internal/testwait). A bound, not a sleep: a
+// wait ends as soon as its condition holds (issue 27: a fixed 10 s failed
+// TestLeaderMeta on a loaded two-core machine).
+var waitLong = testwait.Bound(30 * time.Second)
 
 const testCluster = "test"
 
@@ -424,6 +429,7 @@ type checker struct {
 	unrest    []time.Time                // when raft logged a disturbance
 	unrestBy  []string                   // on which node (same index)
 	unrestMsg []string                   // raft's message (same index)
+	cands     []candidacy                // every "entering candidate state" raft logged
 	errs      []string
 	tail      []string // the last log lines of every node, for a failing test
 }
@@ -614,7 +620,7 @@ func (w *wonWriter) Write(p []byte) (int, error) {
 	_, _ = w.echo.Write(p)
 	w.c.record(p)
 	for _, line := range bytes.Split(p, []byte("\n")) {
-		if !bytes.Contains(line, []byte(`"election won"`)) && !containsAny(line, disturbances) {
+		if !bytes.Contains(line, []byte(`"election won"`)) && !containsAny(line, disturbances) && !bytes.Contains(line, []byte(enteringCandidate)) {
 			continue
 		}
 		var rec struct {
@@ -629,6 +635,8 @@ func (w *wonWriter) Write(p []byte) (int, error) {
 			w.c.elected(w.node, rec.Term)
 		case slices.Contains(disturbances, rec.Msg):
 			w.c.disturbed(w.node, rec.Msg)
+		case rec.Msg == enteringCandidate:
+			w.c.candidate(w.node, rec.Term)
 		}
 	}
 	return len(p), nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/transport"
 )
 
@@ -22,18 +23,30 @@ func TestLeaderMeta(t *testing.T) {
 	c := newMetaCluster(t, 3)
 	ctx := context.Background()
 	for round := range 2 {
-		ld, ep := c.leader()
+		// Every follower learns the metadata of whoever leads: on a loaded
+		// machine raft may change leaders during the wait, and the wait
+		// then follows the new leader instead of waiting for the old one
+		// forever (issue 27).
+		var ld *node
+		var ep epoch.Epoch
+		waitFor(t, "every follower to know the current leader's metadata", func() bool {
+			ld, ep = c.leader()
+			for _, nd := range c.nodes {
+				if st := nd.el.Status(); nd != ld && (st.LeaderID != ld.id || st.LeaderMeta != metaOf(ld.id)) {
+					return false
+				}
+			}
+			return true
+		})
 		if st := ld.el.Status(); st.LeaderMeta != metaOf(ld.id) {
-			t.Fatalf("round %d: the leader %s reports LeaderMeta %q, want %q", round, ld.id, st.LeaderMeta, metaOf(ld.id))
+			if cur, _ := ld.el.Epoch(); cur == ep {
+				t.Fatalf("round %d: the leader %s reports LeaderMeta %q, want %q", round, ld.id, st.LeaderMeta, metaOf(ld.id))
+			}
 		}
 		for _, nd := range c.nodes {
 			if nd == ld {
 				continue
 			}
-			waitFor(t, nd.id+" knows the leader's metadata", func() bool {
-				st := nd.el.Status()
-				return st.LeaderID == ld.id && st.LeaderMeta == metaOf(ld.id)
-			})
 			_, err := nd.el.Epoch()
 			var nl *NotLeaderError
 			if !errors.As(err, &nl) {

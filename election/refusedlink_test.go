@@ -3,6 +3,8 @@ package election
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,15 +60,29 @@ func (l *leaderTrace) fraction() float64 {
 // unexplained counts the leader changes that no raft timeout explains: a
 // change is explained when a node other than except logged one (a
 // disturbance: check), or except's lease lapsed while it led, between the
-// previous change (or from) and it. On a
-// loaded machine a leader's lease can lapse, or a follower's heartbeat
-// timeout pass, whatever the link between the leader and except does; raw
-// raft suffers the same. A change with no such timeout elsewhere was made
-// by the refused link.
+// previous change (or from, or the candidacy that won the previous term if
+// later) and the start of the candidacy that won the new term (the last one for that term raft logged before the change was
+// seen). On a loaded machine a leader's lease can lapse, or a follower's
+// heartbeat timeout pass, whatever the link between the leader and except
+// does; raw raft suffers the same, and the timeout comes before the
+// candidacy it sets off. A change with no such timeout before it was made
+// by the refused link: the timeouts that follow a candidacy (the deposed
+// leader, cut off from the new one, timing out) are its effects, not its
+// cause (issue 27: counting those let a waker that stood on a refused
+// probe alone pass as "too loaded to tell").
 func (l *leaderTrace) unexplained(check *checker, from time.Time, except string) int {
 	n := 0
-	for _, at := range l.changed {
-		if !check.disturbedBetween(from, at, except) {
+	for i, at := range l.changed {
+		began, ok := check.lastCandidacy(l.terms[i+1], at)
+		if !ok {
+			began = at
+		}
+		// The timeout that started the previous term's election (at
+		// start-up, say) explains that term, not this change.
+		if prev, ok := check.lastCandidacy(l.terms[i], at); ok && prev.After(from) {
+			from = prev
+		}
+		if !check.disturbedBetween(from, began, except) {
 			n++
 		}
 		from = at
@@ -80,8 +96,12 @@ func (l *leaderTrace) unexplained(check *checker, from time.Time, except string)
 // timeout elsewhere (load) does not explain. It reports whether to try
 // again: the attempt's changes were all explained by load, which proves
 // nothing either way (and costs the leader's time, so the 95% bar is judged
-// only on an attempt without them). After three such attempts the test is
-// skipped, saying why: it cannot tell on this machine now.
+// only on an attempt without them). After refusedLinkAttempts such
+// attempts the test passes, saying that the 95% bar went unjudged: every
+// change had a cause other than the link.
+// refusedLinkAttempts bounds the attempts of one refused-link case.
+const refusedLinkAttempts = 5
+
 func refusedLinkVerdict(t *testing.T, attempt int, tf, rr *leaderTrace, unexplained int) (again bool) {
 	t.Helper()
 	t.Logf("termfence: %v", tf)
@@ -94,13 +114,16 @@ func refusedLinkVerdict(t *testing.T, attempt int, tf, rr *leaderTrace, unexplai
 		if f := tf.fraction(); f < 0.95 {
 			t.Errorf("termfence had a leader with a confirmed epoch %.1f%% of the time, want at least 95%%", 100*f)
 		}
-	case attempt == 3:
-		// Every change of every attempt followed a raft timeout elsewhere
-		// (raw raft beside it is as unsteady): this machine cannot tell a
-		// refused link's effect from its own load. A change the link
-		// made would have failed above.
-		t.Skipf("three attempts, each with leader changes only after raft timed out elsewhere (this one: %d, a leader %.1f%% of the time; raw raft %d): the machine is too loaded to tell",
-			tf.changes(), 100*tf.fraction(), rr.changes())
+	case attempt == refusedLinkAttempts:
+		// Every change of every attempt began with a candidacy that a raft
+		// timeout on another node had set off before it (load; raw raft
+		// beside it is as unsteady): the refused link caused none of them,
+		// which is what this test judges — a waker that stands on a refused
+		// probe alone makes a change no earlier timeout explains and fails
+		// above, on any machine. Only the 95% bar, which load alone
+		// breaks, went unjudged; say so.
+		t.Logf("%d attempts, each with leader changes that raft timeouts elsewhere set off (this one: %d, a leader %.1f%% of the time; raw raft %d): none was caused by the refused link; the 95%% bar was not judged on this loaded machine",
+			refusedLinkAttempts, tf.changes(), 100*tf.fraction(), rr.changes())
 	default:
 		t.Logf("%d leader changes, each after raft timed out on a node other than the cut-off follower (load): again", tf.changes())
 		return true
@@ -197,43 +220,58 @@ func rawLeader(nodes []*rawNode) (*rawNode, uint64, bool) {
 func TestRefusedLinkKeepsLeader(t *testing.T) {
 	const ht, et, llt = 200 * time.Millisecond, 200 * time.Millisecond, 100 * time.Millisecond
 	hold := refusedLinkHold(3 * time.Second)
-	for attempt := 1; ; attempt++ {
-		var tf, rr leaderTrace
-		var unexplained int
-		t.Run(fmt.Sprintf("attempt-%d", attempt), func(t *testing.T) {
-			tf, rr, unexplained = refusedLinkInmem(t, ht, et, llt, hold)
+	// Each follower's link in turn: the first in the wake order announces
+	// its refused probe and never stands; the last is the one that can
+	// win, and must not stand without a majority's evidence (issue 27:
+	// only the first was ever cut, and a waker that stood on its own
+	// refused probe passed).
+	for _, cut := range []int{0, 1} {
+		t.Run(fmt.Sprintf("follower-%d", cut+1), func(t *testing.T) {
+			for attempt := 1; ; attempt++ {
+				var tf, rr leaderTrace
+				var unexplained int
+				t.Run(fmt.Sprintf("attempt-%d", attempt), func(t *testing.T) {
+					tf, rr, unexplained = refusedLinkInmem(t, ht, et, llt, hold, cut)
+				})
+				if !refusedLinkVerdict(t, attempt, &tf, &rr, unexplained) {
+					return
+				}
+			}
 		})
-		if !refusedLinkVerdict(t, attempt, &tf, &rr, unexplained) {
-			return
-		}
 	}
 }
 
 // refusedLinkInmem runs one attempt of TestRefusedLinkKeepsLeader and
 // returns both traces and the number of termfence's leader changes that no
 // raft timeout on a node other than the cut-off follower explains.
-func refusedLinkInmem(t *testing.T, ht, et, llt, hold time.Duration) (tf, rr leaderTrace, unexplained int) {
+func refusedLinkInmem(t *testing.T, ht, et, llt, hold time.Duration, cut int) (tf, rr leaderTrace, unexplained int) {
 	c := newClusterTimed(t, 3, ht, et, llt)
 	raw := newRawCluster(t, 3, ht, et, llt)
 
 	ld, _ := c.leader()
-	var a *node // the first follower by ID: it announces its refused probe
+	// a is the follower whose link is cut: the cut-th by ID (the first
+	// announces its refused probe, the second can win).
+	var fs []*node
 	for _, nd := range c.nodes {
-		if nd != ld && (a == nil || nd.id < a.id) {
-			a = nd
+		if nd != ld {
+			fs = append(fs, nd)
 		}
 	}
+	slices.SortFunc(fs, func(x, y *node) int { return strings.Compare(x.id, y.id) })
+	a := fs[cut]
 	var rld *rawNode
 	waitFor(t, "a raw leader", func() bool {
 		rld, _, _ = rawLeader(raw)
 		return rld != nil
 	})
-	var ra *rawNode
+	var rfs []*rawNode
 	for _, nd := range raw {
-		if nd != rld && (ra == nil || nd.id < ra.id) {
-			ra = nd
+		if nd != rld {
+			rfs = append(rfs, nd)
 		}
 	}
+	slices.SortFunc(rfs, func(x, y *rawNode) int { return strings.Compare(x.id, y.id) })
+	ra := rfs[cut]
 	sampleUntil := func(end time.Time) {
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
@@ -268,4 +306,35 @@ func refusedLinkInmem(t *testing.T, ht, et, llt, hold time.Duration) (tf, rr lea
 	rld.net.Heal()
 	sampleUntil(time.Now().Add(10 * ht)) // and after the heal
 	return tf, rr, tf.unexplained(c.check, sampled.Add(-et), a.id)
+}
+
+// enteringCandidate is raft's message for a node that stands (a pre-vote
+// round or, after a TimeoutNow, a vote), with the term it stands for.
+const enteringCandidate = "entering candidate state"
+
+// candidacy is one "entering candidate state" raft logged.
+type candidacy struct {
+	at   time.Time
+	node string
+	term uint64
+}
+
+// candidate records that raft on node stood for term.
+func (c *checker) candidate(node string, term uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cands = append(c.cands, candidacy{at: time.Now(), node: node, term: term})
+}
+
+// lastCandidacy returns when the last candidacy for term logged at or
+// before t began; ok is false if there was none.
+func (c *checker) lastCandidacy(term uint64, t time.Time) (last time.Time, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cd := range c.cands {
+		if cd.term == term && !cd.at.After(t) && (!ok || cd.at.After(last)) {
+			last, ok = cd.at, true
+		}
+	}
+	return last, ok
 }

@@ -373,19 +373,12 @@ func (w *waker) step() time.Duration {
 			w.announce(st.leaderID)
 		}
 	}
-	if st.refused && st.place.rank >= st.place.winner {
-		at := probeAt + time.Duration(st.place.rank-st.place.winner)*w.transferGap()
-		switch {
-		case 1+len(st.lost) < st.place.quorum:
-			// No evidence yet that a majority lost the leader: a pre-vote
-			// request brings step back.
-		case since < at:
-			soonest(at - since)
-		default:
-			st.woke = true
-			w.transferSelf(lc, len(st.lost))
-			return ht / 4
-		}
+	if stand, wait := standOnRefused(st.place, st.refused, len(st.lost), since, probeAt, w.transferGap()); stand {
+		st.woke = true
+		w.transferSelf(lc, len(st.lost))
+		return ht / 4
+	} else if wait > 0 {
+		soonest(wait)
 	}
 	floor := w.llt
 	at := ht + time.Duration(st.place.rank)*w.spread()
@@ -400,6 +393,31 @@ func (w *waker) step() time.Duration {
 	st.woke = true
 	w.wakeRaft(lc, max(ord.heartbeat, ht))
 	return ht / 4
+}
+
+// standOnRefused is the waker's decision for a follower at place p whose
+// probe of its silent leader was refused (refused), lost other voters
+// having asked for a pre-vote since its last contact, since after that
+// contact: stand reports that it hands its raft a TimeoutNow now; wait,
+// when positive, is how long until it may (zero: no time of its own, a
+// pre-vote request brings the waker back). It stands only with evidence
+// that a majority of the voters lost the leader (itself and lost make a
+// quorum), only from the first follower that can win on in the wake order,
+// and each later one gap after the one before it, counted from probeAt.
+func standOnRefused(p place, refused bool, lost int, since, probeAt, gap time.Duration) (stand bool, wait time.Duration) {
+	if !refused || !p.voter || p.rank < p.winner {
+		return false, 0
+	}
+	at := probeAt + time.Duration(p.rank-p.winner)*gap
+	switch {
+	case 1+lost < p.quorum:
+		// No evidence yet that a majority lost the leader: a pre-vote
+		// request brings step back.
+		return false, 0
+	case since < at:
+		return false, at - since
+	}
+	return true, 0
 }
 
 // transferSelf hands raft, through the channel it consumes RPCs from, the
@@ -533,25 +551,32 @@ func (w *waker) place(leader raft.ServerID) place {
 	if f.Error() != nil {
 		return place{}
 	}
-	var ids []string
-	voters := 0
-	self := false
+	var voters []raft.ServerID
 	for _, s := range f.Configuration().Servers {
-		if s.Suffrage != raft.Voter {
-			continue
+		if s.Suffrage == raft.Voter {
+			voters = append(voters, s.ID)
 		}
-		voters++
-		if string(s.ID) == w.id {
-			self = true
+	}
+	return placeAmong(voters, raft.ServerID(w.id), leader)
+}
+
+// placeAmong is the place of self under leader among voters (raft's
+// configuration's voters, in any order).
+func placeAmong(voters []raft.ServerID, self, leader raft.ServerID) place {
+	var ids []string
+	isVoter := false
+	for _, id := range voters {
+		if id == self {
+			isVoter = true
 		}
-		if s.ID != leader {
-			ids = append(ids, string(s.ID))
+		if id != leader {
+			ids = append(ids, string(id))
 		}
 	}
 	slices.Sort(ids)
-	p := place{voter: self, quorum: voters/2 + 1}
-	p.rank = max(slices.Index(ids, w.id), 0)
-	p.winner = max(min(voters/2, len(ids)-1), 0) // quorum voters/2+1, less this node
+	p := place{voter: isVoter, quorum: len(voters)/2 + 1}
+	p.rank = max(slices.Index(ids, string(self)), 0)
+	p.winner = max(min(len(voters)/2, len(ids)-1), 0) // quorum voters/2+1, less this node
 	return p
 }
 

@@ -290,6 +290,16 @@ func TestHMACKeyIDs(t *testing.T) {
 	if _, err := signer.Verify(moved); !errors.Is(err, epoch.ErrBadSignature) {
 		t.Fatalf("a token moved to another key ID: %v, want ErrBadSignature", err)
 	}
+	// A signing codec refuses a token relabelled to an ID it does not hold,
+	// even though its own signing key signed it (docs/TOKEN.md: the key is
+	// chosen by the token's ID alone, as the Python and PostgreSQL
+	// verifiers choose it).
+	for _, unknown := range []string{"hs256.k2026c", "hs256.x"} {
+		relabelled := strings.Replace(tok, "hs256.k2026b", unknown, 1)
+		if got, err := signer.Verify(relabelled); !errors.Is(err, epoch.ErrBadSignature) {
+			t.Fatalf("the signing codec accepted its own token relabelled to %q: %v, %v; want ErrBadSignature", unknown, got, err)
+		}
+	}
 	// Even two IDs of one secret: the signature binds the ID.
 	twin, err := epoch.NewHMACKeys(epoch.HMACKey{ID: "a", Secret: key32}, epoch.HMACKey{ID: "b", Secret: key32})
 	if err != nil {

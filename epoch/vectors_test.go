@@ -375,6 +375,9 @@ func answer(e epoch.Epoch, err error) result {
 
 type vectorVerifiers struct {
 	plain, hs, ed epoch.Verifier
+	// hsCodecs are the hs256 keyring as signing codecs, one per signing
+	// key: each answers every vector as hs does.
+	hsCodecs map[string]epoch.Codec
 }
 
 func newVectorVerifiers(t testing.TB, f vectorFile) vectorVerifiers {
@@ -391,7 +394,7 @@ func newVectorVerifiers(t testing.TB, f vectorFile) vectorVerifiers {
 	for _, x := range f.Keys.HS256KeyIDs {
 		ids[x.ID] = unhex(t, x.Key)
 	}
-	return vectorVerifiers{plain: epoch.Plain(), hs: newHS256Verifier(t, k, ids), ed: epoch.NewEd25519Verifier(pub)}
+	return vectorVerifiers{plain: epoch.Plain(), hs: newHS256Verifier(t, k, ids), ed: epoch.NewEd25519Verifier(pub), hsCodecs: newHS256Codecs(t, k, ids)}
 }
 
 func unhex(t testing.TB, s string) []byte {
@@ -431,6 +434,9 @@ func checkVectors(t *testing.T, f vectorFile) {
 		tok := string(unhex(t, x.Hex))
 		same("token (plain)", x.Name, answer(v.plain.Verify(tok)), x.Plain)
 		same("token (hs256)", x.Name, answer(v.hs.Verify(tok)), x.HS256)
+		for name, c := range v.hsCodecs {
+			same("token (hs256 codec "+name+")", x.Name, answer(c.Verify(tok)), x.HS256)
+		}
 		same("token (ed25519)", x.Name, answer(v.ed.Verify(tok)), x.Ed25519)
 	}
 }
@@ -486,21 +492,27 @@ func TestTokenVectorsOneByteChanged(t *testing.T) {
 	checked := 0
 	for _, x := range f.Tokens {
 		tok := unhex(t, x.Hex)
-		for _, c := range []struct {
+		type verifier struct {
+			name   string
 			v      epoch.Verifier
 			want   result
 			values func(byte) []byte
-		}{
-			{v.hs, x.HS256, values},
-			{v.ed, x.Ed25519, edValues},
-		} {
+		}
+		vs := []verifier{{"hs256 verifier", v.hs, x.HS256, values}, {"ed25519 verifier", v.ed, x.Ed25519, edValues}}
+		// The signing codecs too: a codec that falls back on its own
+		// signing key for an ID it does not hold accepts a token
+		// relabelled by one byte of its key ID.
+		for name, c := range v.hsCodecs {
+			vs = append(vs, verifier{"hs256 codec " + name, c, x.HS256, values})
+		}
+		for _, c := range vs {
 			if c.want.Epoch == nil {
 				continue
 			}
 			forEachChangeOf(tok, c.values, func(m []byte) {
 				checked++
 				if e, err := c.v.Verify(string(m)); err == nil {
-					t.Errorf("%q changed to %q verifies, as %v", x.Name, m, e)
+					t.Errorf("%q changed to %q verifies with the %s, as %v", x.Name, m, c.name, e)
 				}
 			})
 		}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/termfence/termfence/internal/testwait"
 )
 
 func TestFaultyDelay(t *testing.T) {
@@ -34,7 +36,7 @@ func TestFaultyDelay(t *testing.T) {
 		if !errors.Is(err, ErrClosed) {
 			t.Fatalf("RPC delayed across Close: %v, want ErrClosed", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testwait.Bound(5 * time.Second)):
 		t.Fatal("Close did not interrupt a delayed RPC")
 	}
 }

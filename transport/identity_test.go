@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/internal/testwait"
 )
 
 // answer responds to every RPC tr receives, until the test ends, and
@@ -131,7 +133,7 @@ func TestIdentityBound(t *testing.T) {
 	}
 	select {
 	case <-got:
-	case <-time.After(5 * time.Second):
+	case <-time.After(testwait.Bound(5 * time.Second)):
 		t.Fatal("n2 never received the RPC")
 	}
 	for _, claim := range []string{"n3", "", "n2"} {

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/internal/testwait"
 )
 
 // testCA is a certificate authority created at test time.
@@ -328,7 +330,7 @@ func TestTLSClusterRefusesIntruders(t *testing.T) {
 		}
 		select {
 		case <-got:
-		case <-time.After(5 * time.Second):
+		case <-time.After(testwait.Bound(5 * time.Second)):
 			t.Error("a node with a valid certificate received nothing after joining")
 		}
 		close(stop)

@@ -21,6 +21,8 @@ import (
 	"github.com/termfence/termfence/storageguard"
 	"github.com/termfence/termfence/storageguard/fencemetrics"
 	"github.com/termfence/termfence/transport"
+
+	"github.com/termfence/termfence/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -84,7 +86,7 @@ outer:
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testwait.Bound(10 * time.Second))
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -332,7 +334,7 @@ func TestInboundDrops(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testwait.Bound(30 * time.Second))
 	for value(t, reg, "termfence_transport_inbound_dropped_total", "reason", "handshake_failed") < 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("a silent stranger's connection was never counted as a failed handshake")

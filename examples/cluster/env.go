@@ -113,7 +113,7 @@ func (e *env) addStore(ctx context.Context, name, backend string, unfenced bool)
 	if err != nil {
 		return nil, err
 	}
-	return e.addStoreOn(ctx, name, backend, unfenced, ln, &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}})
+	return e.addStoreOn(ctx, name, backend, unfenced, ln, &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{IdleConnTimeout: clientIdleTimeout}})
 }
 
 // addStoreOn serves a store on ln (which it closes when the store stops)
@@ -138,7 +138,7 @@ func (e *env) addStoreOn(ctx context.Context, name, backend string, unfenced boo
 		ln.Close()
 		return nil, err
 	}
-	srv := &http.Server{Handler: st.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: st.Handler(), ReadHeaderTimeout: serverHeaderTimeout, IdleTimeout: serverIdleTimeout}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -172,7 +172,7 @@ type node struct {
 // error nothing is left running.
 func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error) {
 	n := &node{cfg: cfg, log: log, scheme: "http"}
-	tc := &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: 30 * time.Second}
+	tc := &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: clientIdleTimeout} // keepalive.go
 	if cfg.tlsConf != nil {
 		tc.TLSClientConfig = cfg.tlsConf.Clone()
 		n.scheme = "https"
@@ -237,7 +237,7 @@ func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error
 	// writes to the store as the application counts them.
 	n.metrics = newNodeMetrics()
 	electionmetrics.MustRegister(n.metrics.reg, n.el)
-	n.srv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: 5 * time.Second}
+	n.srv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: serverHeaderTimeout, IdleTimeout: serverIdleTimeout}
 	return n, nil
 }
 

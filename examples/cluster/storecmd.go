@@ -66,7 +66,7 @@ func storeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("store: listen %s: %w", *httpAddr, err)
 	}
-	srv := &http.Server{Handler: st.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: st.Handler(), ReadHeaderTimeout: serverHeaderTimeout, IdleTimeout: serverIdleTimeout}
 	if err := writeAddrFile(*addrFile, ln.Addr().String()); err != nil {
 		ln.Close()
 		return err

@@ -126,7 +126,10 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	t.Logf("highest term seen: %d", res.MaxTerm)
-	if !res.OK() {
+	if res.Unknown() {
+		t.Logf("linearizability: unknown (porcupine ran out of time; not a failure); history in %s", res.FailurePath)
+	}
+	if !res.Passed() {
 		for _, s := range res.LeaderConflicts {
 			t.Errorf("leader conflict: %s", s)
 		}
@@ -250,7 +253,10 @@ func TestChaosBackends(t *testing.T) {
 			}
 			res := runChaos(t, cfg)
 			fmt.Println(res.Line + " (backend " + backend + ")")
-			if !res.OK() {
+			if res.Unknown() {
+				t.Logf("linearizability: unknown (porcupine ran out of time; not a failure); history in %s", res.FailurePath)
+			}
+			if !res.Passed() {
 				for _, s := range append(append(res.LeaderConflicts, res.ContractBreaks...), res.Details...) {
 					t.Errorf("%s", s)
 				}

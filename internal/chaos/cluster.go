@@ -81,7 +81,10 @@ func newCluster(ctx context.Context, cfg Config) (*cluster, error) {
 	if err := os.WriteFile(key, []byte(strings.Repeat("5ec7e7", 11)+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("chaos: key file: %w", err)
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
+	// IdleConnTimeout below the nodes' 5 s ReadHeaderTimeout: a client that
+	// keeps a never-used pooled connection longer can send a request on one
+	// the node has just closed (examples/cluster/keepalive.go).
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true, IdleConnTimeout: 2 * time.Second}
 	c := &cluster{cfg: cfg, tr: tr, client: &http.Client{Transport: tr}, dial: (&net.Dialer{}).DialContext}
 	// addr returns the address process i (node i, or the store at i ==
 	// cfg.Nodes) serves port on.

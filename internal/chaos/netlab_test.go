@@ -10,6 +10,8 @@ import (
 
 	"github.com/termfence/termfence/internal/netlab"
 	"github.com/termfence/termfence/internal/netlab/netlabtest"
+
+	"github.com/termfence/termfence/internal/testwait"
 )
 
 // netlabConfig is the netlab mode's short run: 3 nodes, the store and the
@@ -49,7 +51,10 @@ func TestChaosNetlab(t *testing.T) {
 	if res.Faults < cfg.Faults {
 		t.Errorf("only %d faults injected, want >= %d", res.Faults, cfg.Faults)
 	}
-	if !res.OK() {
+	if res.Unknown() {
+		t.Logf("linearizability: unknown (porcupine ran out of time; not a failure); history in %s", res.FailurePath)
+	}
+	if !res.Passed() {
 		for _, s := range res.LeaderConflicts {
 			t.Errorf("leader conflict: %s", s)
 		}
@@ -119,7 +124,7 @@ func TestNetlabFaultsCutTheLeader(t *testing.T) {
 	// still claim its old one for a moment).
 	leader := func(what string, not int, above uint64) (int, uint64) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
+		deadline := time.Now().Add(testwait.Bound(20 * time.Second))
 		for time.Now().Before(deadline) {
 			best, bestTerm := -1, above
 			for i := range c.nodes {

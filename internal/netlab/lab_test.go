@@ -22,6 +22,8 @@ import (
 
 	"github.com/termfence/termfence/internal/netlab"
 	"github.com/termfence/termfence/internal/netlab/netlabtest"
+
+	"github.com/termfence/termfence/internal/testwait"
 )
 
 const port = 7000
@@ -363,7 +365,7 @@ func TestLab(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		timeout := time.After(10 * time.Second)
+		timeout := time.After(testwait.Bound(10 * time.Second))
 		for {
 			select {
 			case s := <-servers[to].conns:

@@ -20,6 +20,8 @@ import (
 
 	"github.com/termfence/termfence/internal/netlab"
 	"github.com/termfence/termfence/internal/netlab/netlabtest"
+
+	"github.com/termfence/termfence/internal/testwait"
 )
 
 // TestCommandRunsInHost starts this test binary inside a host with
@@ -268,7 +270,7 @@ func TestCloseKillsProcesses(t *testing.T) {
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
 			t.Errorf("process ended with %v, want SIGKILL", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Bound(10 * time.Second)):
 		_ = cmd.Process.Kill()
 		<-done
 		t.Fatal("Close left a process running in the lab")

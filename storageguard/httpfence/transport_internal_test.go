@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/termfence/termfence/internal/testwait"
 )
 
 // Unit tests of leanTransport on its own (the proxy-level ones are in
@@ -35,7 +37,7 @@ func leanEnv(t *testing.T) (*leanTransport, string) {
 			http.NewResponseController(w).Flush()
 			select {
 			case <-r.Context().Done():
-			case <-time.After(10 * time.Second):
+			case <-time.After(testwait.Bound(10 * time.Second)):
 			}
 			return
 		}

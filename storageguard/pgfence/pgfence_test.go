@@ -93,6 +93,7 @@ func TestPgfence(t *testing.T) {
 			return openPgfence(t, openPgxPool(t, dsn, nil))
 		},
 		Goroutines: 8, Ops: 60,
+		Waiting: func(t *testing.T) int { return sqltest.PostgresLockWaiters(t, dsn) },
 	})
 	t.Run("Tx", func(t *testing.T) { testPgfenceTx(t, openPgxPool(t, sqltest.PostgresDSN(t), nil)) })
 }

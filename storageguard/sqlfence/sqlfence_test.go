@@ -61,6 +61,7 @@ func TestPostgres(t *testing.T) {
 			return open(t, sqltest.OpenPostgres(t, dsn), sqlfence.Postgres)
 		},
 		Goroutines: 8, Ops: 60,
+		Waiting: func(t *testing.T) int { return sqltest.PostgresLockWaiters(t, dsn) },
 	})
 	t.Run("Tx", func(t *testing.T) {
 		db := sqltest.OpenPostgres(t, sqltest.PostgresDSN(t))

@@ -14,6 +14,8 @@ import (
 
 	"github.com/termfence/termfence/election"
 	"github.com/termfence/termfence/transport"
+
+	"github.com/termfence/termfence/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -47,7 +49,7 @@ func TestForgeIsRefused(t *testing.T) {
 		defer el.Close()
 	}
 	var term uint64
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testwait.Bound(10 * time.Second))
 	for term == 0 {
 		for _, el := range els {
 			if ep, err := el.Epoch(); err == nil {

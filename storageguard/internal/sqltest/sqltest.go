@@ -128,3 +128,19 @@ func BenchTx(b *testing.B, db *sql.DB, ph string, tx func(ctx context.Context, f
 		}
 	})
 }
+
+// PostgresLockWaiters returns how many sessions of dsn's database wait
+// for a lock now: fencetest.Kind.Waiting for the fences on PostgreSQL.
+func PostgresLockWaiters(tb testing.TB, dsn string) int {
+	tb.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&n); err != nil {
+		tb.Fatalf("count the sessions waiting for a lock: %v", err)
+	}
+	return n
+}

@@ -1,0 +1,12 @@
+package main
+
+import "testing"
+
+// TestMutantsApply: every mutant's original snippet is found exactly once
+// in its file, so that the list does not rot silently as the code changes
+// (update the snippet, or drop the mutant with its reason, when it fails).
+func TestMutantsApply(t *testing.T) {
+	if err := validate("../../..", mutants); err != nil {
+		t.Fatal(err)
+	}
+}
