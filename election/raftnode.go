@@ -3,8 +3,10 @@ package election
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -39,6 +41,7 @@ type raftNode struct {
 	// through, and the waker hands raft a request of its own there.
 	inbox chan raft.RPC
 	admit *admission // admission.go
+	term  *termSource
 }
 
 // openNode opens (or creates) the node's stores, bootstraps a new cluster
@@ -69,13 +72,15 @@ func openNode(c Config, notifyCh chan<- bool) (*raftNode, error) {
 	}
 	// raft reads RPCs from inbox, and never gets a heartbeat fast path
 	// (transport.MainLoopOnly), whatever transport the caller passed.
-	tr := transport.MainLoopOnly(inboxTransport{Transport: c.Transport, inbox: n.inbox})
+	n.term = &termSource{}
+	tr := transport.MainLoopOnly(inboxTransport{Transport: c.Transport, inbox: n.inbox, term: n.term})
 	r, err := raft.NewRaft(rc, c.FSM, logs, stable, snaps, tr)
 	if err != nil {
 		_ = n.closeStores()
 		return nil, fmt.Errorf("election: starting raft: %w", err)
 	}
 	n.raft = r
+	n.term.r.Store(r)
 	n.admit = &admission{raft: r, log: c.Logger, self: rc.LocalID}
 	return n, nil
 }
@@ -182,10 +187,69 @@ func (n *raftNode) closeStores() error {
 type inboxTransport struct {
 	transport.Transport
 	inbox chan raft.RPC
+	term  *termSource
+}
+
+// AppendEntriesPipeline is not offered: every AppendEntries response goes
+// through AppendEntries, where its term is checked. (NewTCP's transport
+// offers no pipeline either.)
+func (t inboxTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
 // Consumer returns the channel raft reads every RPC from.
 func (t inboxTransport) Consumer() <-chan raft.RPC { return t.inbox }
+
+// termSource reads raft's current term once raft runs.
+type termSource struct{ r atomic.Pointer[raft.Raft] }
+
+// responseTerm refuses a response term outside the term window
+// (termAdmissible in admission.go): raft adopts a higher term from a vote
+// or pre-vote response as it does from a request, so a peer that answers
+// with an impossible term would otherwise do what admission stops it from
+// doing as a sender.
+func (s *termSource) responseTerm(what string, target raft.ServerAddress, t uint64) error {
+	r := s.r.Load()
+	if r == nil {
+		return nil
+	}
+	if cur := r.CurrentTerm(); !termAdmissible(t, cur, false) {
+		return fmt.Errorf("%w: %s response from %s carries term %d, outside the window from current term %d", ErrRefused, what, target, t, cur)
+	}
+	return nil
+}
+
+// AppendEntries implements raft.Transport, checking the response's term.
+func (t inboxTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if err := t.Transport.AppendEntries(id, target, args, resp); err != nil {
+		return err
+	}
+	return t.term.responseTerm("AppendEntries", target, resp.Term)
+}
+
+// RequestVote implements raft.Transport, checking the response's term.
+func (t inboxTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if err := t.Transport.RequestVote(id, target, args, resp); err != nil {
+		return err
+	}
+	return t.term.responseTerm("RequestVote", target, resp.Term)
+}
+
+// RequestPreVote implements raft.WithPreVote, checking the response's term.
+func (t inboxTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if err := t.Transport.RequestPreVote(id, target, args, resp); err != nil {
+		return err
+	}
+	return t.term.responseTerm("RequestPreVote", target, resp.Term)
+}
+
+// InstallSnapshot implements raft.Transport, checking the response's term.
+func (t inboxTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	if err := t.Transport.InstallSnapshot(id, target, args, resp, data); err != nil {
+		return err
+	}
+	return t.term.responseTerm("InstallSnapshot", target, resp.Term)
+}
 
 // forward hands raft each RPC the transport receives on in that the
 // admission layer lets through (admission.go), until stop is closed; it
