@@ -49,6 +49,7 @@ type InboundStats struct {
 	HandshakeFailed uint64 // TLS handshake (or, plain, first byte) failed or timed out, or the peer's certificate is no peer's (not counting evicted ones)
 	IdleClosed      uint64 // closed after IdleTimeout without a byte
 	ClaimRefused    uint64 // RPCs refused for claiming another server ID than the certificate names
+	FrameRefused    uint64 // connections closed for a request beyond MaxRPCSize, MaxRPCPayload or MaxRPCEntries (before decoding)
 }
 
 // Inbound returns the inbound connection counts of t, which must be (or
@@ -77,6 +78,9 @@ type inbound struct {
 	max      int
 	shake    time.Duration // HandshakeTimeout
 	idle     time.Duration // IdleTimeout
+	maxSize  int64         // MaxRPCSize
+	maxLen   int           // MaxRPCEntries
+	maxPay   int64         // MaxRPCPayload
 	timeout  time.Duration // write deadline of a response
 	log      *slog.Logger
 	consumer chan raft.RPC
@@ -87,13 +91,14 @@ type inbound struct {
 	closed bool
 	wg     sync.WaitGroup
 
-	accepted, evicted, shakeFailed, idleClosed, claimRefused atomic.Uint64
-	warned                                                   atomic.Int64 // unix nanos of the last warning
+	accepted, evicted, shakeFailed, idleClosed, claimRefused, frameRefused atomic.Uint64
+	warned                                                                 atomic.Int64 // unix nanos of the last warning
 }
 
 func newInbound(ln net.Listener, c Config) *inbound {
 	s := &inbound{
 		ln: ln, max: c.MaxInbound, shake: c.HandshakeTimeout, idle: c.IdleTimeout, timeout: c.Timeout,
+		maxSize: c.MaxRPCSize, maxLen: c.MaxRPCEntries, maxPay: c.MaxRPCPayload,
 		log: c.Logger, consumer: make(chan raft.RPC), quit: make(chan struct{}), conns: make(map[*inConn]struct{}),
 	}
 	if c.TLS != nil {
@@ -111,7 +116,7 @@ func (s *inbound) stats() InboundStats {
 	s.mu.Unlock()
 	return InboundStats{
 		Open: open, Accepted: s.accepted.Load(), Evicted: s.evicted.Load(), HandshakeFailed: s.shakeFailed.Load(),
-		IdleClosed: s.idleClosed.Load(), ClaimRefused: s.claimRefused.Load(),
+		IdleClosed: s.idleClosed.Load(), ClaimRefused: s.claimRefused.Load(), FrameRefused: s.frameRefused.Load(),
 	}
 }
 
@@ -152,7 +157,7 @@ func (s *inbound) accept() {
 		}
 		delay = 0
 		s.accepted.Add(1)
-		ic := &inConn{raw: c, Conn: c, s: s, done: make(chan struct{})}
+		ic := &inConn{raw: c, Conn: c, s: s, done: make(chan struct{}), scan: newFrameScanner(s.maxSize, s.maxPay, s.maxLen)}
 		ic.touch()
 		if !s.add(ic) {
 			_ = c.Close()
@@ -367,6 +372,7 @@ type inConn struct {
 	raw      net.Conn // the accepted TCP connection
 	s        *inbound
 	done     chan struct{} // closed by Close
+	scan     *frameScanner // follows the request bytes (only Read touches it)
 
 	mu      sync.Mutex
 	pending []byte // bytes read during the handshake (plain TCP)
@@ -416,7 +422,7 @@ func (c *inConn) Read(b []byte) (int, error) {
 		n := copy(b, c.pending)
 		c.pending = c.pending[n:]
 		c.mu.Unlock()
-		return n, nil
+		return c.scanned(b, n, nil)
 	}
 	conn := c.Conn
 	c.mu.Unlock()
@@ -429,7 +435,23 @@ func (c *inConn) Read(b []byte) (int, error) {
 	}
 	if ne := net.Error(nil); err != nil && errors.As(err, &ne) && ne.Timeout() {
 		c.idled.Store(true)
-		return n, io.EOF
+		return c.scanned(b, n, io.EOF)
+	}
+	return c.scanned(b, n, err)
+}
+
+// scanned passes the n bytes read into b through the frame scanner: bytes
+// that break the decoding caps never reach raft's decoder, which gets an
+// error instead and closes the connection.
+func (c *inConn) scanned(b []byte, n int, err error) (int, error) {
+	if n == 0 {
+		return 0, err
+	}
+	if serr := c.scan.scan(b[:n]); serr != nil {
+		c.s.frameRefused.Add(1)
+		c.s.warn("closing an inbound connection: its request breaks the decoding caps",
+			"remote", c.raw.RemoteAddr().String(), "peer", c.peer, "error", serr)
+		return 0, serr
 	}
 	return n, err
 }
