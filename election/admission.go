@@ -560,6 +560,17 @@ func validConfiguration(b []byte) (err error) {
 	return nil
 }
 
+// member reports whether server id is in the latest configuration (any
+// suffrage); known is false while there is none (joining).
+func (a *admission) member(id string) (member, known bool) {
+	conf := a.configuration()
+	if len(conf.Servers) == 0 {
+		return false, false
+	}
+	_, ok := find(conf, raft.ServerID(id))
+	return ok, true
+}
+
 // configuration is raft's latest configuration (empty if it cannot be read).
 func (a *admission) configuration() raft.Configuration {
 	f := a.raft.GetConfiguration()

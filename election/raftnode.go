@@ -82,6 +82,10 @@ func openNode(c Config, notifyCh chan<- bool) (*raftNode, error) {
 	n.raft = r
 	n.term.r.Store(r)
 	n.admit = &admission{raft: r, log: c.Logger, self: rc.LocalID}
+	// Over TLS, a connection whose certificate names a current member
+	// ranks above a stranger's or a removed member's under the transport's
+	// inbound cap.
+	transport.SetMembership(c.Transport, n.admit.member)
 	return n, nil
 }
 

@@ -85,6 +85,7 @@ type inbound struct {
 	log      *slog.Logger
 	consumer chan raft.RPC
 	quit     chan struct{}
+	member   atomic.Pointer[func(id string) (member, known bool)] // SetMembership
 
 	mu     sync.Mutex
 	conns  map[*inConn]struct{}
@@ -189,7 +190,7 @@ func (s *inbound) add(c *inConn) bool {
 		s.evicted.Add(1)
 		victim.evicted.Store(true)
 		s.warn("too many inbound connections: closing one", "max-inbound", s.max,
-			"closed", victim.raw.RemoteAddr().String(), "established", victim.established.Load(), "proven", victim.proven.Load(),
+			"closed", victim.raw.RemoteAddr().String(), "peer", victim.peer, "established", victim.established.Load(), "proven", victim.rank() == 2,
 			"idle", time.Since(victim.lastRead()))
 		_ = victim.Close()
 	}
@@ -239,9 +240,6 @@ func (s *inbound) serve(c *inConn) {
 		return
 	}
 	c.established.Store(true)
-	if c.peer != "" {
-		c.proven.Store(true)
-	}
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  &oneConn{c: c, closed: make(chan struct{})},
 		Timeout: s.timeout,
@@ -379,7 +377,7 @@ type inConn struct {
 	peer    string // the server ID the certificate names (TLS); set once before established
 
 	established atomic.Bool  // handshake done
-	proven      atomic.Bool  // TLS: a peer's certificate; plain TCP: an RPC on it was answered without an error
+	proven      atomic.Bool  // an RPC on it was answered without an error
 	last        atomic.Int64 // unix nanos of the last byte read (or of the accept)
 	once        sync.Once
 	idled       atomic.Bool
@@ -390,12 +388,17 @@ func (c *inConn) touch()              { c.last.Store(time.Now().UnixNano()) }
 func (c *inConn) lastRead() time.Time { return time.Unix(0, c.last.Load()) }
 
 // worseThan orders eviction: a connection still in its handshake goes
-// first, then one that has proven nothing, then a proven one (TLS: a
-// peer's certificate; plain TCP: an RPC on it was answered without an
-// error, which package election's admission layer does only for members);
-// within each, the one idle longer. So a flood of connections that stay
-// idle, send a byte or garbage, or never finish a handshake, evicts only
-// its own kind while the cluster's connections stay.
+// first, then one that has proven nothing, then a proven one; within
+// each, the one idle longer. Proven means: over TLS, the certificate names
+// a current member (SetMembership; package election tells it the latest
+// configuration), or, before any membership is known, an RPC on it was
+// answered without an error; over plain TCP, an RPC on it was answered
+// without an error (package election's admission layer does that only for
+// members). A valid certificate alone proves nothing: a stranger's or a
+// removed member's connection is evicted before any member's. So a flood
+// of connections that stay idle, send a byte or garbage, never finish a
+// handshake, or hold certificates of servers that are no members, evicts
+// only its own kind while the cluster's connections stay.
 func (c *inConn) worseThan(o *inConn) bool {
 	if cr, or := c.rank(), o.rank(); cr != or {
 		return cr < or
@@ -405,12 +408,48 @@ func (c *inConn) worseThan(o *inConn) bool {
 
 func (c *inConn) rank() int {
 	switch {
-	case c.proven.Load():
-		return 2
-	case c.established.Load():
-		return 1
+	case !c.established.Load():
+		return 0
+	case c.peer != "":
+		if f := c.s.member.Load(); f != nil {
+			if member, known := (*f)(c.peer); known {
+				if member {
+					return 2
+				}
+				return 1
+			}
+		}
 	}
-	return 0
+	if c.proven.Load() {
+		return 2
+	}
+	return 1
+}
+
+// SetMembership tells t — which must be (or wrap, through MainLoopOnly or
+// NewFaulty) a transport from NewTCP; ok is false otherwise — who the
+// members are: member(id) reports whether server id is a member now, and
+// known whether membership is known at all (a node waiting to join knows
+// none). Over TLS, an inbound connection whose certificate names a
+// member ranks as proven under MaxInbound, and one whose certificate names
+// a stranger or a removed member is evicted first, whatever RPCs it sent
+// before. package election calls it with raft's latest configuration.
+// member is called with the transport's lock held: it must be fast and
+// must not call back into the transport.
+func SetMembership(t raft.Transport, member func(id string) (member, known bool)) (ok bool) {
+	for {
+		switch x := t.(type) {
+		case mainLoopOnly:
+			t = x.Transport
+		case *Faulty:
+			t = x.inner
+		case *tcpTransport:
+			x.in.member.Store(&member)
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // Read serves the bytes read during the handshake first, then reads with
