@@ -86,6 +86,7 @@ type inbound struct {
 	consumer chan raft.RPC
 	quit     chan struct{}
 	member   atomic.Pointer[func(id string) (member, known bool)] // SetMembership
+	anyAddr  bool                                                  // AllowAddrMismatch
 
 	mu     sync.Mutex
 	conns  map[*inConn]struct{}
@@ -99,7 +100,7 @@ type inbound struct {
 func newInbound(ln net.Listener, c Config) *inbound {
 	s := &inbound{
 		ln: ln, max: c.MaxInbound, shake: c.HandshakeTimeout, idle: c.IdleTimeout, timeout: c.Timeout,
-		maxSize: c.MaxRPCSize, maxLen: c.MaxRPCEntries, maxPay: c.MaxRPCPayload,
+		maxSize: c.MaxRPCSize, maxLen: c.MaxRPCEntries, maxPay: c.MaxRPCPayload, anyAddr: c.AllowAddrMismatch,
 		log: c.Logger, consumer: make(chan raft.RPC), quit: make(chan struct{}), conns: make(map[*inConn]struct{}),
 	}
 	if c.TLS != nil {
@@ -317,6 +318,19 @@ func (s *inbound) deliver(c *inConn, rpc raft.RPC) bool {
 			return true
 		}
 	}
+	if c.peer == "" && !s.anyAddr {
+		if h, ok := rpc.Command.(raft.WithRPCHeader); ok {
+			if err := addrMatches(string(h.GetRPCHeader().Addr), c.raw.RemoteAddr()); err != nil {
+				s.claimRefused.Add(1)
+				s.warn("refused an rpc whose claimed address is not the connection's", "error", err)
+				if rpc.Reader != nil {
+					return false
+				}
+				rpc.Respond(nil, err)
+				return true
+			}
+		}
+	}
 	respCh := make(chan raft.RPCResponse, 1)
 	fwd := raft.RPC{Command: rpc.Command, RespChan: respCh}
 	var body *countingReader
@@ -347,6 +361,30 @@ func (s *inbound) deliver(c *inConn, rpc raft.RPC) bool {
 	}
 	rpc.RespChan <- resp // buffered by raft
 	return true
+}
+
+// addrMatches compares an RPC's claimed address with the address its
+// plain TCP connection comes from, where the two are comparable: the
+// claimed host is an IP literal. Loopback matches loopback (a node on
+// 127.0.0.2 dials from 127.0.0.1). A host name, or a claim that does not
+// parse, is not compared here (package election refuses an empty one).
+func addrMatches(claimed string, remote net.Addr) error {
+	host, _, err := net.SplitHostPort(claimed)
+	if err != nil {
+		return nil
+	}
+	cip := net.ParseIP(host)
+	ta, ok := remote.(*net.TCPAddr)
+	if cip == nil || !ok || ta.IP == nil {
+		return nil
+	}
+	switch {
+	case cip.Equal(ta.IP):
+		return nil
+	case cip.IsLoopback() && ta.IP.IsLoopback():
+		return nil
+	}
+	return fmt.Errorf("%w: rpc claims address %s but comes from %s", ErrIdentityMismatch, claimed, ta.IP)
 }
 
 // countingReader notes whether its reader was read to the end.

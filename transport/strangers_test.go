@@ -189,3 +189,24 @@ func TestMembershipRanks(t *testing.T) {
 		}
 	}
 }
+
+func TestAddrMatches(t *testing.T) {
+	from := func(ip string) net.Addr { return &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000} }
+	for _, c := range []struct {
+		claimed, remote string
+		ok              bool
+	}{
+		{"10.0.0.1:7000", "10.0.0.1", true},
+		{"10.0.0.1:7000", "10.0.0.2", false},
+		{"127.0.0.2:7000", "127.0.0.1", true},
+		{"127.0.0.1:7000", "10.0.0.2", false},
+		{"[::1]:7000", "127.0.0.1", true},
+		{"node1.example:7000", "10.0.0.2", true}, // not comparable
+		{"n1", "10.0.0.2", true},                 // not host:port
+	} {
+		err := addrMatches(c.claimed, from(c.remote))
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrIdentityMismatch)) {
+			t.Errorf("claim %s from %s: %v, want ok %v", c.claimed, c.remote, err, c.ok)
+		}
+	}
+}

@@ -203,6 +203,18 @@ type Config struct {
 	MaxRPCPayload int64
 	MaxRPCEntries int
 
+	// AllowAddrMismatch turns off a check of plain TCP: an inbound RPC
+	// whose header claims an address with an IP literal as its host must
+	// come from that IP (loopback from any loopback IP), or it is answered
+	// with ErrIdentityMismatch (InboundStats.ClaimRefused). Set it where
+	// peers' connections come from other addresses than the ones they
+	// advertise (NAT, a node with several interfaces whose route to a peer
+	// leaves by another). The check makes a forged claim need a forged
+	// source address; it is no authentication: plain TCP is for trusted
+	// networks (see MutualTLS). Over TLS the certificate binds the ID and
+	// the address is not compared.
+	AllowAddrMismatch bool
+
 	// Dial, if set, opens every outbound TCP connection (and Probe's): to
 	// choose a source address, a network namespace, a proxy. address is
 	// host:port. Nil means a net.Dialer.
