@@ -86,7 +86,7 @@ type inbound struct {
 	consumer chan raft.RPC
 	quit     chan struct{}
 	member   atomic.Pointer[func(id string) (member, known bool)] // SetMembership
-	anyAddr  bool                                                  // AllowAddrMismatch
+	anyAddr  bool                                                 // AllowAddrMismatch
 
 	mu     sync.Mutex
 	conns  map[*inConn]struct{}
