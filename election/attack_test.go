@@ -261,3 +261,39 @@ func TestAttackJoiningNilEntryTLS(t *testing.T) {
 
 // quietSlog discards logs.
 func quietSlog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestAttackWindowGap: a peer raises two nodes' terms by the whole window,
+// twice, while the third hears nothing: the third is then more than the
+// window behind, and its own window alone would refuse the real leader's
+// appends for good. Found by FuzzLiveCluster (the first random run of
+// TestLiveClusterRandom: z1 at 12884902095 refused z2's appends at
+// 17179869391 until the 30 s wait ran out). The lagging node now catches
+// up on evidence: its pre-vote round's answers from both other voters.
+func TestAttackWindowGap(t *testing.T) {
+	c := newTCPCluster(t, []string{"v1", "v2", "v3"}, nil)
+	ld, _ := c.leaderAbove(0)
+	lag := c.followerOf(ld)
+	var b *tcpNode
+	for _, nd := range c.nodes {
+		if nd != ld && nd != lag {
+			b = nd
+		}
+	}
+	tr := plainStranger(t)
+	for range 2 {
+		for _, to := range []*tcpNode{ld, b} {
+			claim := b
+			if to == b {
+				claim = ld
+			}
+			term := to.el.Raft().CurrentTerm() + TermWindow
+			_ = tr.AppendEntries("", raft.ServerAddress(to.addr), &raft.AppendEntriesRequest{
+				RPCHeader: hdr(claim.id, claim.addr), Term: term,
+			}, &raft.AppendEntriesResponse{})
+		}
+	}
+	if gap := b.el.Raft().CurrentTerm() - lag.el.Raft().CurrentTerm(); gap <= TermWindow {
+		t.Fatalf("the attack left a gap of %d, not more than the window", gap)
+	}
+	c.leaderAbove(2 * TermWindow)
+}
