@@ -22,12 +22,15 @@ const NumAttacks = 24
 // follower where it matters: v.Leader says who leads, -1 if unknown). Each
 // claims an identity a correct node must refuse from this sender, or
 // carries content it must refuse, except the first two, whose claimed
-// voter identity over plain TCP is indistinguishable from the voter: the
-// term window refuses them.
+// voter identity over plain TCP is indistinguishable from the voter (the
+// term window refuses them), and a TimeoutNow from a member that does not
+// lead, which must be refused only if v.Leader knows who leads.
 func Attacks(v View) []Op {
-	ld := 0
+	ld, known := 0, false
 	if v.Leader != nil {
-		ld = max(v.Leader(), 0)
+		if l := v.Leader(); l >= 0 {
+			ld, known = l, true
+		}
 	}
 	to := (ld + 1) % len(v.Members)
 	other := (ld + 2) % len(v.Members)
@@ -76,7 +79,7 @@ func Attacks(v View) []Op {
 		vote("RequestVote as "+O.ID+" at the stranger's address", hdr(O.ID, v.Self), cur+1, cur, O.Addr != v.Self),
 		{Target: to, Kind: TimeoutNow, Name: "TimeoutNow as a stranger", MustRefuse: true, Req: tn(stranger)},
 		{Target: to, Kind: TimeoutNow, Name: "TimeoutNow, empty ID", MustRefuse: true, Req: tn(hdr("", v.Self))},
-		{Target: to, Kind: TimeoutNow, Name: "TimeoutNow as a member that does not lead", MustRefuse: true, Req: tn(hdr(O.ID, O.Addr))},
+		{Target: to, Kind: TimeoutNow, Name: "TimeoutNow as a member that does not lead", MustRefuse: known, Req: tn(hdr(O.ID, O.Addr))},
 		app("AppendEntries as a stranger, term 2^62", stranger, 1<<62, nil, true),
 		app("AppendEntries as a stranger, next term", stranger, cur+1, nil, true),
 		app("AppendEntries, empty ID, term 2^62", hdr("", v.Self), 1<<62, nil, true),

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -78,22 +79,33 @@ func TestForgeIsRefused(t *testing.T) {
 		}
 	}
 
-	// Control: a raw raft node takes them.
+	// Control: a node without an admission layer that answers every RPC
+	// without an error (a raw raft node would take them too, and crash on
+	// the nil entries).
 	raw, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 1, time.Second, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	rc := raft.DefaultConfig()
-	rc.LocalID, rc.Logger = "r1", hclog.NewNullLogger()
-	store := raft.NewInmemStore()
-	r, err := raft.NewRaft(rc, nil, store, store, raft.NewInmemSnapshotStore(), raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Shutdown()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case rpc := <-raw.Consumer():
+				if rpc.Reader != nil {
+					_, _ = io.Copy(io.Discard, rpc.Reader)
+				}
+				rpc.Respond(nil, nil)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
 	out.Reset()
-	if code := run([]string{"-targets", string(raw.LocalAddr())}, &out); code != 1 {
+	if code := run([]string{"-targets", string(raw.LocalAddr()), "-named=false", "-count", "5", "-seed", "1"}, &out); code != 1 {
 		t.Fatalf("forge against raw raft: exit %d, want 1:\n%s", code, out.String())
 	}
 	if usage := run(nil, &out); usage != 2 {
