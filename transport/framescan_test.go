@@ -19,7 +19,9 @@ import (
 func encodeRPC(t testing.TB, typ byte, req any, newTime bool) []byte {
 	var b bytes.Buffer
 	b.WriteByte(typ)
-	enc := codec.NewEncoder(&b, &codec.MsgpackHandle{BasicHandle: codec.BasicHandle{TimeNotBuiltin: !newTime}})
+	h := &codec.MsgpackHandle{}
+	h.TimeNotBuiltin = !newTime
+	enc := codec.NewEncoder(&b, h)
 	if err := enc.Encode(req); err != nil {
 		t.Fatal(err)
 	}
