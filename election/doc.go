@@ -71,16 +71,24 @@
 //     transport.MainLoopOnly, which switches the heartbeat fast path off
 //     (hashicorp/raft#695, invariant I2), whatever Transport it is given —
 //     even a raw raft.NetworkTransport.
-//   - Only members move the term. Every RPC from the transport passes an
-//     admission layer before raft sees it (Election.Admission counts what
-//     it refused, and why): it must name a server ID and address, not this
-//     node's ID, and carry no term above epoch.MaxTerm; votes and pre-votes
-//     are taken only from a voter of the latest configuration at its
-//     configured address, appends and snapshots only from a member (from
-//     anyone while this node has no configuration yet, as raft does when
-//     it joins; votes then only from the server that appended to it last),
-//     TimeoutNow only from the leader this node follows, and only by a
-//     voter. Refused RPCs are answered with a *RefusedError.
+//   - Only members move the term, and no RPC crashes a node. Every RPC from
+//     the transport passes an admission layer before raft sees it, which
+//     admits exactly docs/DESIGN.md's definition of a valid RPC
+//     (Election.Admission counts what it refused, and why): it must name a
+//     server ID and address, not this node's ID, and keep every term inside
+//     the term window (TermWindow, JumpLimit: no RPC moves the term more than
+//     2^32, and 2^40 elections of headroom stay below epoch.MaxTerm); votes
+//     and pre-votes are taken only from a voter of the latest configuration
+//     at its configured address, appends and snapshots only from a voter
+//     (from anyone while this node has no configuration yet, as raft does
+//     when it joins; votes then only from the server that appended to it
+//     last), TimeoutNow only from the leader this node follows, and only by
+//     a voter; no nil entry, unknown entry type, out-of-order index or
+//     configuration that does not decode to a valid one reaches raft. The
+//     terms of the responses to this node's own RPCs pass the same window;
+//     one beyond it is taken on a quorum of the other voters' answers, so a
+//     node left behind catches up. Refused RPCs are answered with a
+//     *RefusedError.
 //   - A refused connection to a silent leader forces an election (a
 //     TimeoutNow to this node's own raft, skipping pre-vote) only once a
 //     majority of the voters has lost the leader; a non-voter never starts
@@ -114,7 +122,10 @@
 //   - The admission layer checks what an RPC claims. Over plain TCP anyone
 //     who can reach the port can claim a member's ID and address; only
 //     mutual TLS (transport.MutualTLS) binds the claim to a certificate.
-//     A node that joins trusts the first leader that appends to it.
+//     A node that joins trusts the first leader that appends to it. A
+//     malicious member is inside the trust boundary: a voter may win an
+//     election and lead (docs/DESIGN.md, "What a malicious member can still
+//     do").
 //   - Failover time is a measurement (docs/PERFORMANCE.md), not a promise.
 //     With LeaderLeaseTimeout below HeartbeatTimeout each node wakes raft
 //     as soon as its leader has been silent for HeartbeatTimeout, or, when

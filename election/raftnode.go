@@ -3,8 +3,12 @@ package election
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -39,6 +43,7 @@ type raftNode struct {
 	// through, and the waker hands raft a request of its own there.
 	inbox chan raft.RPC
 	admit *admission // admission.go
+	term  *termSource
 }
 
 // openNode opens (or creates) the node's stores, bootstraps a new cluster
@@ -69,14 +74,20 @@ func openNode(c Config, notifyCh chan<- bool) (*raftNode, error) {
 	}
 	// raft reads RPCs from inbox, and never gets a heartbeat fast path
 	// (transport.MainLoopOnly), whatever transport the caller passed.
-	tr := transport.MainLoopOnly(inboxTransport{Transport: c.Transport, inbox: n.inbox})
+	n.term = &termSource{self: raft.ServerID(c.ID)}
+	tr := transport.MainLoopOnly(inboxTransport{Transport: c.Transport, inbox: n.inbox, term: n.term})
 	r, err := raft.NewRaft(rc, c.FSM, logs, stable, snaps, tr)
 	if err != nil {
 		_ = n.closeStores()
 		return nil, fmt.Errorf("election: starting raft: %w", err)
 	}
 	n.raft = r
+	n.term.r.Store(r)
 	n.admit = &admission{raft: r, log: c.Logger, self: rc.LocalID}
+	// Over TLS, a connection whose certificate names a current member
+	// ranks above a stranger's or a removed member's under the transport's
+	// inbound cap.
+	transport.SetMembership(c.Transport, n.admit.member)
 	return n, nil
 }
 
@@ -187,10 +198,130 @@ func (n *raftNode) closeStores() error {
 type inboxTransport struct {
 	transport.Transport
 	inbox chan raft.RPC
+	term  *termSource
+}
+
+// AppendEntriesPipeline is not offered: every AppendEntries response goes
+// through AppendEntries, where its term is checked. (NewTCP's transport
+// offers no pipeline either.)
+func (t inboxTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
 // Consumer returns the channel raft reads every RPC from.
 func (t inboxTransport) Consumer() <-chan raft.RPC { return t.inbox }
+
+// termSource reads raft's current term once raft runs, and keeps the
+// terms the voters answered with.
+type termSource struct {
+	r    atomic.Pointer[raft.Raft]
+	self raft.ServerID
+
+	mu       sync.Mutex
+	reported map[raft.ServerAddress]uint64 // the highest term each peer answered with
+}
+
+// responseTerm refuses a response term outside the term window
+// (termAdmissible in admission.go): raft adopts a higher term from a vote
+// or pre-vote response as it does from a request, so a peer that answers
+// with an impossible term would otherwise do what admission stops it from
+// doing as a sender.
+//
+// Evidence lets a node that fell further behind than the window catch up
+// (RAFT-NOTES, "Big honest jumps"; a node that was away while a peer raised
+// the others' terms window by window): a term up to JumpLimit is admitted
+// once a quorum of the other voters — every other voter of a cluster of
+// three — answered this node's own RPCs (at the addresses its
+// configuration has for them, over TLS the certificates those servers'
+// IDs name) with that term or a higher one. A lagging node's pre-vote
+// round gets those answers. One peer, however it lies, is no quorum.
+func (s *termSource) responseTerm(what string, target raft.ServerAddress, t uint64) error {
+	r := s.r.Load()
+	if r == nil {
+		return nil
+	}
+	cur := r.CurrentTerm()
+	if termAdmissible(t, cur, false) {
+		return nil
+	}
+	if t <= JumpLimit && s.quorumReports(r, target, t) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s response from %s carries term %d, outside the window from current term %d", ErrRefused, what, target, t, cur)
+}
+
+// quorumReports records that target answered with term t and reports
+// whether a quorum of the other voters has answered with t or more.
+func (s *termSource) quorumReports(r *raft.Raft, target raft.ServerAddress, t uint64) bool {
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	var others []raft.ServerAddress
+	voter := false
+	for _, sv := range f.Configuration().Servers {
+		if sv.Suffrage != raft.Voter {
+			continue
+		}
+		if sv.ID == s.self {
+			voter = true
+			continue
+		}
+		others = append(others, sv.Address)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reported == nil {
+		s.reported = make(map[raft.ServerAddress]uint64)
+	}
+	if slices.Contains(others, target) {
+		s.reported[target] = max(s.reported[target], t)
+	}
+	n := len(others)
+	if voter {
+		n++
+	}
+	need := min(n/2+1, len(others))
+	got := 0
+	for _, a := range others {
+		if s.reported[a] >= t {
+			got++
+		}
+	}
+	return need > 0 && got >= need
+}
+
+// AppendEntries implements raft.Transport, checking the response's term.
+func (t inboxTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if err := t.Transport.AppendEntries(id, target, args, resp); err != nil {
+		return err
+	}
+	return t.term.responseTerm("AppendEntries", target, resp.Term)
+}
+
+// RequestVote implements raft.Transport, checking the response's term.
+func (t inboxTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if err := t.Transport.RequestVote(id, target, args, resp); err != nil {
+		return err
+	}
+	return t.term.responseTerm("RequestVote", target, resp.Term)
+}
+
+// RequestPreVote implements raft.WithPreVote, checking the response's term.
+func (t inboxTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if err := t.Transport.RequestPreVote(id, target, args, resp); err != nil {
+		return err
+	}
+	return t.term.responseTerm("RequestPreVote", target, resp.Term)
+}
+
+// InstallSnapshot implements raft.Transport, checking the response's term.
+func (t inboxTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	if err := t.Transport.InstallSnapshot(id, target, args, resp, data); err != nil {
+		return err
+	}
+	return t.term.responseTerm("InstallSnapshot", target, resp.Term)
+}
 
 // forward hands raft each RPC the transport receives on in that the
 // admission layer lets through (admission.go), until stop is closed; it

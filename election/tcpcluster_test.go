@@ -12,7 +12,7 @@ import (
 // tcpCluster is a cluster of Elections on transport.NewTCP over loopback,
 // with bolt stores, fed to one invariant checker.
 type tcpCluster struct {
-	t     *testing.T
+	t     testing.TB
 	check *checker
 	nodes []*tcpNode
 	// ht, et and llt are the nodes' timeouts: tcpHT, tcpET, tcpLLT.
@@ -39,7 +39,7 @@ type tcpNode struct {
 // newTCPCluster starts one bootstrapped voter per id. trCfg, if set, gives
 // each node's transport.Config (its Logger is set here). Cleanup closes
 // every node still open and verifies the checker.
-func newTCPCluster(t *testing.T, ids []string, trCfg func(id string) transport.Config) *tcpCluster {
+func newTCPCluster(t testing.TB, ids []string, trCfg func(id string) transport.Config) *tcpCluster {
 	t.Helper()
 	c := &tcpCluster{t: t, check: newChecker(testCluster), ht: tcpHT, et: tcpET, llt: tcpLLT}
 	var boot []Server

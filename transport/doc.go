@@ -26,9 +26,18 @@
 //     another server ID than its connection's certificate names is answered
 //     with ErrIdentityMismatch and never reaches raft; a dial reaches only
 //     the server raft meant (the peer's certificate must name it).
+//   - Inbound requests are bounded before they are decoded: at most
+//     Config.MaxRPCSize bytes (8 MiB), MaxRPCPayload per string or byte
+//     slice (1 MiB), MaxRPCEntries elements per msgpack array or map (1024),
+//     followed on the bytes as they arrive; a connection that breaks a cap
+//     is closed before raft's decoder reads the offending bytes
+//     (InboundStats.FrameRefused). Decoding therefore allocates in
+//     proportion to the bytes received (TestEightMiBFrame: issue 25's 8 MiB
+//     frame of 8 M one-byte maps, 161x its size on main, 0.03x now).
 //   - Inbound connections are bounded: at most Config.MaxInbound at once (a
 //     new one evicts first one still in its handshake, then one that has
-//     proven nothing, the longest idle first), HandshakeTimeout to finish
+//     proven nothing, the longest idle first; over TLS only a current
+//     member's certificate proves anything, see SetMembership), HandshakeTimeout to finish
 //     the TLS handshake (plain TCP: to send a first byte), IdleTimeout
 //     without a byte, and each response write bounded by Timeout. A flood
 //     of idle or half-open connections costs the cluster no connection it
@@ -49,21 +58,25 @@
 //   - Plain TCP (Config.TLS nil) has no authentication and no encryption.
 //     An RPC's server ID and address are claims anyone who can reach the
 //     port can make: package election refuses strangers and impossible
-//     terms, but not a stranger who claims a member's ID and address. Use
-//     it only on a trusted network.
+//     terms, but not a stranger who claims a member's ID and address from
+//     that address's IP (the transport compares a claimed IP literal with
+//     the connection's source unless Config.AllowAddrMismatch). Use it only
+//     on a trusted network.
 //   - Identity is the server ID in the certificate, not the address: a
 //     stolen member certificate and key is that member. Any peer
 //     certificate the CA signs names a server that may join if the leader
 //     adds it; use a CA per cluster. Certificate files are read once;
 //     rotating them needs a new transport (or your own tls.Config with
 //     GetCertificate).
-//   - An RPC's size is not bounded. A connection past the handshake (over
-//     plain TCP: anyone's) can send one AppendEntries as large as it likes;
-//     it is decoded in memory before package election can refuse it. A
-//     length it only claims costs nothing: the decoder allocates as bytes
-//     arrive, and a sender that stops is cut off after IdleTimeout
-//     (TestInboundMalformedFrames). A refused InstallSnapshot's data is
-//     never read: its connection is closed.
+//   - A request within the caps is decoded in memory before package
+//     election can refuse it (up to about 2.5 times MaxRPCSize at the
+//     defaults, TestLargeHonestFrame). A sender that stops mid-request is
+//     cut off after IdleTimeout (TestInboundMalformedFrames). A refused
+//     InstallSnapshot's data is never read: its connection is closed; an
+//     admitted one's data streams to raft's snapshot store, unbounded by
+//     MaxRPCSize. Responses to this node's own RPCs are decoded by raft's
+//     NetworkTransport without these caps (they come from the addresses
+//     in the configuration).
 //   - Eviction under MaxInbound can close a proven connection too, when
 //     every open connection is proven (more peers than the cap allows);
 //     its next RPC then dials again.

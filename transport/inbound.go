@@ -49,6 +49,7 @@ type InboundStats struct {
 	HandshakeFailed uint64 // TLS handshake (or, plain, first byte) failed or timed out, or the peer's certificate is no peer's (not counting evicted ones)
 	IdleClosed      uint64 // closed after IdleTimeout without a byte
 	ClaimRefused    uint64 // RPCs refused for claiming another server ID than the certificate names
+	FrameRefused    uint64 // connections closed for a request beyond MaxRPCSize, MaxRPCPayload or MaxRPCEntries (before decoding)
 }
 
 // Inbound returns the inbound connection counts of t, which must be (or
@@ -77,23 +78,29 @@ type inbound struct {
 	max      int
 	shake    time.Duration // HandshakeTimeout
 	idle     time.Duration // IdleTimeout
+	maxSize  int64         // MaxRPCSize
+	maxLen   int           // MaxRPCEntries
+	maxPay   int64         // MaxRPCPayload
 	timeout  time.Duration // write deadline of a response
 	log      *slog.Logger
 	consumer chan raft.RPC
 	quit     chan struct{}
+	member   atomic.Pointer[func(id string) (member, known bool)] // SetMembership
+	anyAddr  bool                                                 // AllowAddrMismatch
 
 	mu     sync.Mutex
 	conns  map[*inConn]struct{}
 	closed bool
 	wg     sync.WaitGroup
 
-	accepted, evicted, shakeFailed, idleClosed, claimRefused atomic.Uint64
-	warned                                                   atomic.Int64 // unix nanos of the last warning
+	accepted, evicted, shakeFailed, idleClosed, claimRefused, frameRefused atomic.Uint64
+	warned                                                                 atomic.Int64 // unix nanos of the last warning
 }
 
 func newInbound(ln net.Listener, c Config) *inbound {
 	s := &inbound{
 		ln: ln, max: c.MaxInbound, shake: c.HandshakeTimeout, idle: c.IdleTimeout, timeout: c.Timeout,
+		maxSize: c.MaxRPCSize, maxLen: c.MaxRPCEntries, maxPay: c.MaxRPCPayload, anyAddr: c.AllowAddrMismatch,
 		log: c.Logger, consumer: make(chan raft.RPC), quit: make(chan struct{}), conns: make(map[*inConn]struct{}),
 	}
 	if c.TLS != nil {
@@ -111,7 +118,7 @@ func (s *inbound) stats() InboundStats {
 	s.mu.Unlock()
 	return InboundStats{
 		Open: open, Accepted: s.accepted.Load(), Evicted: s.evicted.Load(), HandshakeFailed: s.shakeFailed.Load(),
-		IdleClosed: s.idleClosed.Load(), ClaimRefused: s.claimRefused.Load(),
+		IdleClosed: s.idleClosed.Load(), ClaimRefused: s.claimRefused.Load(), FrameRefused: s.frameRefused.Load(),
 	}
 }
 
@@ -152,7 +159,7 @@ func (s *inbound) accept() {
 		}
 		delay = 0
 		s.accepted.Add(1)
-		ic := &inConn{raw: c, Conn: c, s: s, done: make(chan struct{})}
+		ic := &inConn{raw: c, Conn: c, s: s, done: make(chan struct{}), scan: newFrameScanner(s.maxSize, s.maxPay, s.maxLen)}
 		ic.touch()
 		if !s.add(ic) {
 			_ = c.Close()
@@ -184,7 +191,7 @@ func (s *inbound) add(c *inConn) bool {
 		s.evicted.Add(1)
 		victim.evicted.Store(true)
 		s.warn("too many inbound connections: closing one", "max-inbound", s.max,
-			"closed", victim.raw.RemoteAddr().String(), "established", victim.established.Load(), "proven", victim.proven.Load(),
+			"closed", victim.raw.RemoteAddr().String(), "peer", victim.peer, "established", victim.established.Load(), "proven", victim.rank() == 2,
 			"idle", time.Since(victim.lastRead()))
 		_ = victim.Close()
 	}
@@ -234,9 +241,6 @@ func (s *inbound) serve(c *inConn) {
 		return
 	}
 	c.established.Store(true)
-	if c.peer != "" {
-		c.proven.Store(true)
-	}
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  &oneConn{c: c, closed: make(chan struct{})},
 		Timeout: s.timeout,
@@ -314,6 +318,19 @@ func (s *inbound) deliver(c *inConn, rpc raft.RPC) bool {
 			return true
 		}
 	}
+	if c.peer == "" && !s.anyAddr {
+		if h, ok := rpc.Command.(raft.WithRPCHeader); ok {
+			if err := addrMatches(string(h.GetRPCHeader().Addr), c.raw.RemoteAddr()); err != nil {
+				s.claimRefused.Add(1)
+				s.warn("refused an rpc whose claimed address is not the connection's", "error", err)
+				if rpc.Reader != nil {
+					return false
+				}
+				rpc.Respond(nil, err)
+				return true
+			}
+		}
+	}
 	respCh := make(chan raft.RPCResponse, 1)
 	fwd := raft.RPC{Command: rpc.Command, RespChan: respCh}
 	var body *countingReader
@@ -346,6 +363,30 @@ func (s *inbound) deliver(c *inConn, rpc raft.RPC) bool {
 	return true
 }
 
+// addrMatches compares an RPC's claimed address with the address its
+// plain TCP connection comes from, where the two are comparable: the
+// claimed host is an IP literal. Loopback matches loopback (a node on
+// 127.0.0.2 dials from 127.0.0.1). A host name, or a claim that does not
+// parse, is not compared here (package election refuses an empty one).
+func addrMatches(claimed string, remote net.Addr) error {
+	host, _, err := net.SplitHostPort(claimed)
+	if err != nil {
+		return nil
+	}
+	cip := net.ParseIP(host)
+	ta, ok := remote.(*net.TCPAddr)
+	if cip == nil || !ok || ta.IP == nil {
+		return nil
+	}
+	switch {
+	case cip.Equal(ta.IP):
+		return nil
+	case cip.IsLoopback() && ta.IP.IsLoopback():
+		return nil
+	}
+	return fmt.Errorf("%w: rpc claims address %s but comes from %s", ErrIdentityMismatch, claimed, ta.IP)
+}
+
 // countingReader notes whether its reader was read to the end.
 type countingReader struct {
 	r   io.Reader
@@ -367,13 +408,14 @@ type inConn struct {
 	raw      net.Conn // the accepted TCP connection
 	s        *inbound
 	done     chan struct{} // closed by Close
+	scan     *frameScanner // follows the request bytes (only Read touches it)
 
 	mu      sync.Mutex
 	pending []byte // bytes read during the handshake (plain TCP)
 	peer    string // the server ID the certificate names (TLS); set once before established
 
 	established atomic.Bool  // handshake done
-	proven      atomic.Bool  // TLS: a peer's certificate; plain TCP: an RPC on it was answered without an error
+	proven      atomic.Bool  // an RPC on it was answered without an error
 	last        atomic.Int64 // unix nanos of the last byte read (or of the accept)
 	once        sync.Once
 	idled       atomic.Bool
@@ -384,12 +426,17 @@ func (c *inConn) touch()              { c.last.Store(time.Now().UnixNano()) }
 func (c *inConn) lastRead() time.Time { return time.Unix(0, c.last.Load()) }
 
 // worseThan orders eviction: a connection still in its handshake goes
-// first, then one that has proven nothing, then a proven one (TLS: a
-// peer's certificate; plain TCP: an RPC on it was answered without an
-// error, which package election's admission layer does only for members);
-// within each, the one idle longer. So a flood of connections that stay
-// idle, send a byte or garbage, or never finish a handshake, evicts only
-// its own kind while the cluster's connections stay.
+// first, then one that has proven nothing, then a proven one; within
+// each, the one idle longer. Proven means: over TLS, the certificate names
+// a current member (SetMembership; package election tells it the latest
+// configuration), or, before any membership is known, an RPC on it was
+// answered without an error; over plain TCP, an RPC on it was answered
+// without an error (package election's admission layer does that only for
+// members). A valid certificate alone proves nothing: a stranger's or a
+// removed member's connection is evicted before any member's. So a flood
+// of connections that stay idle, send a byte or garbage, never finish a
+// handshake, or hold certificates of servers that are no members, evicts
+// only its own kind while the cluster's connections stay.
 func (c *inConn) worseThan(o *inConn) bool {
 	if cr, or := c.rank(), o.rank(); cr != or {
 		return cr < or
@@ -399,12 +446,48 @@ func (c *inConn) worseThan(o *inConn) bool {
 
 func (c *inConn) rank() int {
 	switch {
-	case c.proven.Load():
-		return 2
-	case c.established.Load():
-		return 1
+	case !c.established.Load():
+		return 0
+	case c.peer != "":
+		if f := c.s.member.Load(); f != nil {
+			if member, known := (*f)(c.peer); known {
+				if member {
+					return 2
+				}
+				return 1
+			}
+		}
 	}
-	return 0
+	if c.proven.Load() {
+		return 2
+	}
+	return 1
+}
+
+// SetMembership tells t — which must be (or wrap, through MainLoopOnly or
+// NewFaulty) a transport from NewTCP; ok is false otherwise — who the
+// members are: member(id) reports whether server id is a member now, and
+// known whether membership is known at all (a node waiting to join knows
+// none). Over TLS, an inbound connection whose certificate names a
+// member ranks as proven under MaxInbound, and one whose certificate names
+// a stranger or a removed member is evicted first, whatever RPCs it sent
+// before. package election calls it with raft's latest configuration.
+// member is called with the transport's lock held: it must be fast and
+// must not call back into the transport.
+func SetMembership(t raft.Transport, member func(id string) (member, known bool)) (ok bool) {
+	for {
+		switch x := t.(type) {
+		case mainLoopOnly:
+			t = x.Transport
+		case *Faulty:
+			t = x.inner
+		case *tcpTransport:
+			x.in.member.Store(&member)
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // Read serves the bytes read during the handshake first, then reads with
@@ -416,7 +499,7 @@ func (c *inConn) Read(b []byte) (int, error) {
 		n := copy(b, c.pending)
 		c.pending = c.pending[n:]
 		c.mu.Unlock()
-		return n, nil
+		return c.scanned(b, n, nil)
 	}
 	conn := c.Conn
 	c.mu.Unlock()
@@ -429,7 +512,23 @@ func (c *inConn) Read(b []byte) (int, error) {
 	}
 	if ne := net.Error(nil); err != nil && errors.As(err, &ne) && ne.Timeout() {
 		c.idled.Store(true)
-		return n, io.EOF
+		return c.scanned(b, n, io.EOF)
+	}
+	return c.scanned(b, n, err)
+}
+
+// scanned passes the n bytes read into b through the frame scanner: bytes
+// that break the decoding caps never reach raft's decoder, which gets an
+// error instead and closes the connection.
+func (c *inConn) scanned(b []byte, n int, err error) (int, error) {
+	if n == 0 {
+		return 0, err
+	}
+	if serr := c.scan.scan(b[:n]); serr != nil {
+		c.s.frameRefused.Add(1)
+		c.s.warn("closing an inbound connection: its request breaks the decoding caps",
+			"remote", c.raw.RemoteAddr().String(), "peer", c.peer, "error", serr)
+		return 0, serr
 	}
 	return n, err
 }

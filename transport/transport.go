@@ -75,6 +75,23 @@ const (
 	// connections that sit in a peer's pool are closed, and that peer's
 	// transport replaces them before their next use.
 	DefaultIdleTimeout = time.Minute
+	// DefaultMaxRPCSize caps one inbound request's bytes (without an
+	// InstallSnapshot's data, which is streamed, never decoded) when
+	// Config.MaxRPCSize is 0: 8 MiB, room for hashicorp/raft's default
+	// batch of 64 entries (MaxAppendEntries) of 128 KiB each.
+	DefaultMaxRPCSize = 8 << 20
+	// DefaultMaxRPCPayload caps one string or byte slice in an inbound
+	// request (a log entry's Data, a snapshot's Configuration) when
+	// Config.MaxRPCPayload is 0: 1 MiB. raft's msgpack decoder grows a
+	// byte slice 256 KiB at a time, copying, so decoding one payload of n
+	// bytes allocates about n*n/512 KiB (measured: 1 MiB 2.8x, 4 MiB 8.6x,
+	// 8 MiB 16.5x its size).
+	DefaultMaxRPCPayload = 1 << 20
+	// DefaultMaxRPCEntries caps the elements of any msgpack array or map in
+	// an inbound request — so the log entries of one AppendEntries — when
+	// Config.MaxRPCEntries is 0: 1024, hashicorp/raft's upper bound on
+	// MaxAppendEntries.
+	DefaultMaxRPCEntries = 1024
 )
 
 var (
@@ -167,6 +184,37 @@ type Config struct {
 	// invalid.
 	IdleTimeout time.Duration
 
+	// MaxRPCSize caps the bytes of one inbound request (the RPC type and
+	// its msgpack body; an InstallSnapshot's data streams to raft's
+	// snapshot store and is not counted). MaxRPCPayload caps each string
+	// or byte slice in it (a log entry's Data). MaxRPCEntries caps the elements
+	// of every msgpack array and map in it (so the entries of one
+	// AppendEntries), and with it the items of the whole request (16 per
+	// entry, plus 256). Both are checked on the bytes as they arrive,
+	// before raft's decoder sees them: a connection whose request breaks
+	// them is closed (InboundStats.FrameRefused). So decoding a request
+	// allocates in proportion to its size (docs/DESIGN.md, "Bounded
+	// decoding"), whoever sent it — over plain TCP, before any identity.
+	// Zero means DefaultMaxRPCSize (8 MiB), DefaultMaxRPCPayload (1 MiB)
+	// and DefaultMaxRPCEntries (1024); set them to what the peers'
+	// raft.Config can send (its MaxAppendEntries, its largest log entry).
+	// Negative is invalid.
+	MaxRPCSize    int64
+	MaxRPCPayload int64
+	MaxRPCEntries int
+
+	// AllowAddrMismatch turns off a check of plain TCP: an inbound RPC
+	// whose header claims an address with an IP literal as its host must
+	// come from that IP (loopback from any loopback IP), or it is answered
+	// with ErrIdentityMismatch (InboundStats.ClaimRefused). Set it where
+	// peers' connections come from other addresses than the ones they
+	// advertise (NAT, a node with several interfaces whose route to a peer
+	// leaves by another). The check makes a forged claim need a forged
+	// source address; it is no authentication: plain TCP is for trusted
+	// networks (see MutualTLS). Over TLS the certificate binds the ID and
+	// the address is not compared.
+	AllowAddrMismatch bool
+
 	// Dial, if set, opens every outbound TCP connection (and Probe's): to
 	// choose a source address, a network namespace, a proxy. address is
 	// host:port. Nil means a net.Dialer.
@@ -182,6 +230,9 @@ type Config struct {
 func (c Config) Validate() error {
 	if c.MaxPool < 0 {
 		return fmt.Errorf("%w: MaxPool %d is negative", ErrInvalidConfig, c.MaxPool)
+	}
+	if c.MaxRPCSize < 0 || c.MaxRPCPayload < 0 || c.MaxRPCEntries < 0 {
+		return fmt.Errorf("%w: MaxRPCSize %d, MaxRPCPayload %d or MaxRPCEntries %d is negative", ErrInvalidConfig, c.MaxRPCSize, c.MaxRPCPayload, c.MaxRPCEntries)
 	}
 	if c.MaxInbound < 0 {
 		return fmt.Errorf("%w: MaxInbound %d is negative", ErrInvalidConfig, c.MaxInbound)
@@ -238,6 +289,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxRPCSize == 0 {
+		c.MaxRPCSize = DefaultMaxRPCSize
+	}
+	if c.MaxRPCPayload == 0 {
+		c.MaxRPCPayload = DefaultMaxRPCPayload
+	}
+	if c.MaxRPCEntries == 0 {
+		c.MaxRPCEntries = DefaultMaxRPCEntries
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -19,9 +19,11 @@
 // whose body trickles in past the proxy's timeout while the leader resigns
 // (proxy-*), and pg_terminate_backend of the store's sessions mid-write
 // (postgres); a hostile peer — a process that is not a member
-// (internal/cmd/forge) sending every node forged RequestVote, TimeoutNow,
-// AppendEntries and InstallSnapshot RPCs with huge terms, as a stranger, as
-// nobody and as each member; and a refused link between the leader and one
+// (internal/cmd/forge) sending every node hostile RPCs drawn from
+// internal/hostile, the generator FuzzLiveCluster uses: the named attacks
+// of issues 16 and 25 and random ones (every RPC type, huge terms, nil and
+// malformed entries and configurations, oversized frames), as a stranger,
+// as nobody and as each member, seeded from the run's seed; and a refused link between the leader and one
 // follower for 4-12 leases (POST /fault refuse: transport.Faulty.Refuse on
 // both, a rejecting firewall simulated in the transport, since the
 // processes share one loopback). Every kind is injected at least once per

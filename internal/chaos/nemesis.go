@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -429,7 +430,9 @@ func (n *nemesis) hostile(ctx context.Context) error {
 			targets = append(targets, nd.raft)
 		}
 	}
-	cmd := exec.CommandContext(ctx, n.cfg.Forge, "-targets", strings.Join(targets, ","), "-members", strings.Join(members, ","), "-timeout", "2s")
+	// forge draws its RPCs from internal/hostile's generator (the fuzzer's), seeded here.
+	cmd := exec.CommandContext(ctx, n.cfg.Forge, "-targets", strings.Join(targets, ","), "-members", strings.Join(members, ","), "-timeout", "2s",
+		"-seed", strconv.FormatInt(n.rng.Int63(), 10))
 	out, err := cmd.CombinedOutput()
 	code := cmd.ProcessState.ExitCode()
 	if err != nil && code != 1 {

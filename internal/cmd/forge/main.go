@@ -1,15 +1,16 @@
 // Command forge is a hostile Raft peer for the fault suite: a process that
 // is not a member of the cluster and sends each target node, over plain
-// TCP with a raw hashicorp/raft NetworkTransport, the forged RPCs of issue
-// 16 — RequestVote with no ID, the leadership-transfer flag and term 2^63;
-// RequestVote and RequestPreVote from a stranger with a longer log (with a
-// sane term and with 2^62); AppendEntries from a stranger with a sane term;
-// TimeoutNow from a stranger and from nobody; AppendEntries and
-// InstallSnapshot with terms 2^62 and 2^64-2, as a stranger, as nobody and
-// as each member (at the member's address, which a plain TCP transport
-// cannot tell from the member itself). Every one of them must be refused.
+// TCP with a raw hashicorp/raft NetworkTransport, hostile RPCs drawn from
+// internal/hostile — the generator FuzzLiveCluster fuzzes live clusters
+// with: first the named attacks of issues 16 and 25 (hostile.Attacks:
+// nil entries, configurations that do not decode, the 8 MiB frame, terms
+// 2^62 to 2^64-2 as strangers, nobody and members, TimeoutNow from
+// strangers...), then -count random inputs from -seed; of both only the
+// RPCs a correct node refuses whatever its state (hostile.Op.MustRefuse),
+// since forge knows neither the leader nor the terms. Every one of them
+// must be refused.
 //
-//	forge -targets 127.0.0.1:7101,127.0.0.1:7102 [-members n1=127.0.0.1:7101,...] [-timeout 2s]
+//	forge -targets 127.0.0.1:7101,127.0.0.1:7102 [-members n1=127.0.0.1:7101,...] [-seed N] [-count 20] [-named=false] [-timeout 2s]
 //
 // It prints one line per RPC and a summary, and exits 0 if every RPC was
 // answered with an error, 1 if any was accepted (raft handled it), 2 on a
@@ -17,16 +18,18 @@
 package main
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"io"
+	"math/rand"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/internal/hostile"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout)) }
@@ -40,6 +43,9 @@ func run(args []string, out io.Writer) int {
 	targets := fs.String("targets", "", "comma-separated raft addresses to attack (required)")
 	members := fs.String("members", "", "comma-separated id=addr of the cluster's members, to claim to be them with impossible terms")
 	timeout := fs.Duration("timeout", 2*time.Second, "I/O deadline of each RPC")
+	seed := fs.Int64("seed", time.Now().UnixNano(), "seed of the random inputs")
+	count := fs.Int("count", 20, "random inputs to draw from the generator")
+	named := fs.Bool("named", true, "send the named attacks (hostile.Attacks) first")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -67,17 +73,53 @@ func run(args []string, out io.Writer) int {
 	defer tr.Close()
 	self := string(tr.LocalAddr())
 	accepted, sent := 0, 0
-	for _, target := range strings.Split(*targets, ",") {
-		for _, f := range forgeries(self, ms) {
-			sent++
-			err := f.send(tr, raft.ServerAddress(target))
-			if err == nil {
-				accepted++
-				fmt.Fprintf(out, "%s %s: ACCEPTED\n", target, f.name)
-				continue
+	addrs := strings.Split(*targets, ",")
+	view := hostile.View{Self: self}
+	for _, t := range addrs {
+		id := "target-" + t
+		for _, m := range ms {
+			if m.addr == t {
+				id = m.id
 			}
-			fmt.Fprintf(out, "%s %s: refused: %s\n", target, f.name, firstLine(err.Error()))
 		}
+		view.Members = append(view.Members, hostile.Peer{ID: id, Addr: t, Voter: true})
+	}
+	rng := rand.New(rand.NewSource(*seed))
+	var ops []hostile.Op
+	for i := range addrs { // each target in turn: Attacks aims at the one after the "leader"
+		if !*named {
+			break
+		}
+		v := view
+		v.Leader = func() int { return (i + len(addrs) - 1) % len(addrs) }
+		for _, op := range hostile.Attacks(v) {
+			// forge does not know the leader: a TimeoutNow claiming a
+			// member may be the leader's own.
+			if op.MustRefuse && !(op.Kind == hostile.TimeoutNow && strings.Contains(op.Name, "does not lead")) {
+				ops = append(ops, op)
+			}
+		}
+	}
+	for range *count {
+		b := make([]byte, rng.Intn(200))
+		rng.Read(b)
+		for _, op := range hostile.Generate(b, view) {
+			if op.MustRefuse {
+				ops = append(ops, op)
+			}
+		}
+	}
+	fmt.Fprintf(out, "forge: seed %d, %d rpcs\n", *seed, len(ops))
+	for _, op := range ops {
+		target := view.Members[op.Target].Addr
+		sent++
+		err := hostile.Send(tr, target, op, *timeout)
+		if err == nil {
+			accepted++
+			fmt.Fprintf(out, "%s %s: ACCEPTED\n", target, op.Name)
+			continue
+		}
+		fmt.Fprintf(out, "%s %s: refused: %s\n", target, op.Name, firstLine(err.Error()))
 	}
 	fmt.Fprintf(out, "forge: sent=%d accepted=%d\n", sent, accepted)
 	if accepted > 0 {
@@ -89,65 +131,4 @@ func run(args []string, out io.Writer) int {
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
-}
-
-type forged struct {
-	name string
-	send func(tr *raft.NetworkTransport, to raft.ServerAddress) error
-}
-
-func hdr(id, addr string) raft.RPCHeader {
-	return raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(addr)}
-}
-
-// forgeries are the RPCs sent to every target. self is the forger's own
-// address.
-func forgeries(self string, ms []member) []forged {
-	const huge, huger uint64 = 1 << 62, 1<<64 - 2
-	vote := func(name string, h raft.RPCHeader, term uint64) forged {
-		return forged{name, func(tr *raft.NetworkTransport, to raft.ServerAddress) error {
-			return tr.RequestVote("", to, &raft.RequestVoteRequest{
-				RPCHeader: h, Term: term, LastLogIndex: 1 << 40, LastLogTerm: term, LeadershipTransfer: true,
-			}, &raft.RequestVoteResponse{})
-		}}
-	}
-	appendAs := func(name string, h raft.RPCHeader, term uint64) forged {
-		return forged{name, func(tr *raft.NetworkTransport, to raft.ServerAddress) error {
-			return tr.AppendEntries("", to, &raft.AppendEntriesRequest{RPCHeader: h, Term: term, LeaderCommitIndex: 1 << 40}, &raft.AppendEntriesResponse{})
-		}}
-	}
-	fs := []forged{
-		vote("RequestVote id='' transfer term=2^63", hdr("", self), 1<<63),
-		vote("RequestVote id='' addr='' transfer term=2^64-2", hdr("", ""), huger),
-		vote("RequestVote id=mallory transfer term=2^62", hdr("mallory", self), huge),
-		// A stranger with a sane term, above any a test cluster reaches:
-		// refused for not being a voter or member, not for the term.
-		vote("RequestVote id=mallory transfer term=1000", hdr("mallory", self), 1000),
-		appendAs("AppendEntries id=mallory term=1000", hdr("mallory", self), 1000),
-		{"RequestPreVote id=mallory term=2^62", func(tr *raft.NetworkTransport, to raft.ServerAddress) error {
-			return tr.RequestPreVote("", to, &raft.RequestPreVoteRequest{RPCHeader: hdr("mallory", self), Term: huge, LastLogIndex: 1 << 40, LastLogTerm: huge}, &raft.RequestPreVoteResponse{})
-		}},
-		{"TimeoutNow id=mallory", func(tr *raft.NetworkTransport, to raft.ServerAddress) error {
-			return tr.TimeoutNow("", to, &raft.TimeoutNowRequest{RPCHeader: hdr("mallory", self)}, &raft.TimeoutNowResponse{})
-		}},
-		{"TimeoutNow id=''", func(tr *raft.NetworkTransport, to raft.ServerAddress) error {
-			return tr.TimeoutNow("", to, &raft.TimeoutNowRequest{RPCHeader: hdr("", self)}, &raft.TimeoutNowResponse{})
-		}},
-		appendAs("AppendEntries id=mallory term=2^62", hdr("mallory", self), huge),
-		appendAs("AppendEntries id='' term=2^64-2", hdr("", self), huger),
-		{"InstallSnapshot id=mallory term=2^62", func(tr *raft.NetworkTransport, to raft.ServerAddress) error {
-			data := bytes.Repeat([]byte{0xff}, 4096)
-			return tr.InstallSnapshot("", to, &raft.InstallSnapshotRequest{
-				RPCHeader: hdr("mallory", self), SnapshotVersion: raft.SnapshotVersionMax, Term: huge,
-				LastLogIndex: 1 << 40, LastLogTerm: huge, Size: int64(len(data)),
-			}, &raft.InstallSnapshotResponse{}, bytes.NewReader(data))
-		}},
-	}
-	for _, m := range ms {
-		fs = append(fs,
-			appendAs("AppendEntries as "+m.id+" term=2^62", hdr(m.id, m.addr), huge),
-			vote("RequestVote as "+m.id+" transfer term=2^63", hdr(m.id, m.addr), 1<<63),
-		)
-	}
-	return fs
 }

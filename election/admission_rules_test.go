@@ -1,0 +1,202 @@
+package election
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/transport"
+)
+
+// Each admission rule has a test of its own (issue 27, E5): the term
+// window, each content rule, each configuration rule. The sender rules
+// (who may vote, append, send TimeoutNow) are TestAdmissionRules' and
+// TestAdmissionVoteRules'.
+
+func TestTermWindow(t *testing.T) {
+	for _, c := range []struct {
+		t, cur  uint64
+		joining bool
+		want    bool
+	}{
+		{5, 7, false, true},                          // lower: raft answers with its own term
+		{7, 7, false, true},                          // same
+		{8, 7, false, true},                          // the next election
+		{7 + TermWindow, 7, false, true},             // a jump inside the window
+		{8 + TermWindow, 7, false, false},            // one past it
+		{JumpLimit, JumpLimit - 5, false, true},      // a jump up to the limit
+		{JumpLimit + 1, JumpLimit - 5, false, false}, // a jump past the limit
+		{JumpLimit + 1, JumpLimit, false, true},      // past the limit, one at a time
+		{epoch.MaxTerm, epoch.MaxTerm - 1, false, true},
+		{epoch.MaxTerm + 1, epoch.MaxTerm, false, false}, // never above MaxTerm
+		{epoch.MaxTerm, 2, false, false},                 // issue 25's vote
+		{epoch.MaxTerm - 1, 2, false, false},
+		{1 << 40, 0, true, true}, // joining: any term up to the limit
+		{JumpLimit + 1, 0, true, false},
+		{1<<64 - 1, 1<<64 - 2, false, false},
+	} {
+		if got := termAdmissible(c.t, c.cur, c.joining); got != c.want {
+			t.Errorf("termAdmissible(%d, %d, joining %v) = %v, want %v", c.t, c.cur, c.joining, got, c.want)
+		}
+	}
+}
+
+func confBytes(servers ...raft.Server) []byte {
+	return raft.EncodeConfiguration(raft.Configuration{Servers: servers})
+}
+
+func TestValidConfiguration(t *testing.T) {
+	v := func(id, addr string) raft.Server {
+		return raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(addr)}
+	}
+	nv := func(id, addr string) raft.Server {
+		return raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(id), Address: raft.ServerAddress(addr)}
+	}
+	var many []raft.Server
+	for i := range MaxServers + 1 {
+		many = append(many, v("s"+strings.Repeat("x", i%50)+string(rune('a'+i%26))+strings.Repeat("y", i/26), "a"+strings.Repeat("b", i)))
+	}
+	bad := raft.Server{Suffrage: 9, ID: "n2", Address: "b"}
+	for _, c := range []struct {
+		name string
+		b    []byte
+		ok   bool
+	}{
+		{"three voters", confBytes(v("n1", "a"), v("n2", "b"), v("n3", "c")), true},
+		{"a voter and a non-voter", confBytes(v("n1", "a"), nv("n2", "b")), true},
+		{"empty bytes", nil, false},
+		{"not msgpack", []byte{0xc1}, false},
+		{"truncated", confBytes(v("n1", "a"))[:5], false},
+		{"no server", confBytes(), false},
+		{"too many servers", confBytes(many...), false},
+		{"no voter", confBytes(nv("n1", "a")), false},
+		{"unknown suffrage", confBytes(v("n1", "a"), bad), false},
+		{"empty ID", confBytes(v("", "a")), false},
+		{"invalid ID", confBytes(v("n 1", "a")), false},
+		{"empty address", confBytes(v("n1", "")), false},
+		{"address too long", confBytes(v("n1", strings.Repeat("a", 256))), false},
+		{"duplicate ID", confBytes(v("n1", "a"), v("n1", "b")), false},
+		{"duplicate address", confBytes(v("n1", "a"), v("n2", "a")), false},
+	} {
+		if err := validConfiguration(c.b); (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
+		}
+	}
+}
+
+// TestAdmissionContentRules checks each content rule of AppendEntries,
+// RequestVote, RequestPreVote and InstallSnapshot on its own.
+func TestAdmissionContentRules(t *testing.T) {
+	a := &admission{}
+	good := confBytes(raft.Server{Suffrage: raft.Voter, ID: "n1", Address: "a"})
+	ent := func(i, tm uint64, typ raft.LogType) *raft.Log { return &raft.Log{Index: i, Term: tm, Type: typ} }
+	aeq := func(prev, prevTerm, term uint64, es ...*raft.Log) *raft.AppendEntriesRequest {
+		return &raft.AppendEntriesRequest{Term: term, PrevLogEntry: prev, PrevLogTerm: prevTerm, Entries: es}
+	}
+	snap := func(mod func(*raft.InstallSnapshotRequest)) *raft.InstallSnapshotRequest {
+		r := &raft.InstallSnapshotRequest{SnapshotVersion: 1, Term: 5, LastLogIndex: 10, LastLogTerm: 4, Configuration: good, ConfigurationIndex: 3}
+		if mod != nil {
+			mod(r)
+		}
+		return r
+	}
+	many := make([]*raft.Log, MaxEntries+1)
+	for i := range many {
+		many[i] = ent(uint64(i+1), 1, raft.LogNoop)
+	}
+	for _, c := range []struct {
+		name string
+		cmd  any
+		ok   bool
+	}{
+		{"heartbeat", aeq(0, 0, 5), true},
+		{"entries in order", aeq(10, 3, 5, ent(11, 3, raft.LogCommand), ent(12, 4, raft.LogNoop), ent(13, 5, raft.LogBarrier)), true},
+		{"a valid configuration entry", aeq(10, 3, 5, &raft.Log{Index: 11, Term: 5, Type: raft.LogConfiguration, Data: good}), true},
+		{"1024 entries", aeq(0, 0, 5, many[:MaxEntries]...), true},
+		{"1025 entries", aeq(0, 0, 5, many...), false},
+		{"PrevLogTerm above Term", aeq(10, 6, 5), false},
+		{"a nil entry", aeq(10, 3, 5, nil), false},
+		{"a nil entry after a good one", aeq(10, 3, 5, ent(11, 3, raft.LogNoop), nil), false},
+		{"an index gap", aeq(10, 3, 5, ent(12, 3, raft.LogNoop)), false},
+		{"an index repeated", aeq(10, 3, 5, ent(11, 3, raft.LogNoop), ent(11, 3, raft.LogNoop)), false},
+		{"index 0 after PrevLogEntry 2^64-1", aeq(1<<64-1, 3, 5, ent(0, 3, raft.LogNoop)), false},
+		{"an entry term below PrevLogTerm", aeq(10, 3, 5, ent(11, 2, raft.LogNoop)), false},
+		{"entry terms going down", aeq(10, 3, 5, ent(11, 4, raft.LogNoop), ent(12, 3, raft.LogNoop)), false},
+		{"an entry term above Term", aeq(10, 3, 5, ent(11, 6, raft.LogNoop)), false},
+		{"an entry of term 0", aeq(0, 0, 5, ent(1, 0, raft.LogNoop)), false},
+		{"LogAddPeerDeprecated", aeq(10, 3, 5, ent(11, 3, raft.LogAddPeerDeprecated)), false},
+		{"LogRemovePeerDeprecated", aeq(10, 3, 5, ent(11, 3, raft.LogRemovePeerDeprecated)), false},
+		{"an unknown entry type", aeq(10, 3, 5, ent(11, 3, raft.LogType(42))), false},
+		{"a configuration entry of bad data", aeq(10, 3, 5, &raft.Log{Index: 11, Term: 5, Type: raft.LogConfiguration, Data: []byte{0xc1}}), false},
+		{"a vote", &raft.RequestVoteRequest{Term: 5, LastLogTerm: 5}, true},
+		{"a vote with LastLogTerm above Term", &raft.RequestVoteRequest{Term: 5, LastLogTerm: 6}, false},
+		{"a pre-vote", &raft.RequestPreVoteRequest{Term: 5, LastLogTerm: 4}, true},
+		{"a pre-vote with LastLogTerm above Term", &raft.RequestPreVoteRequest{Term: 5, LastLogTerm: 6}, false},
+		{"a snapshot", snap(nil), true},
+		{"snapshot version 0", snap(func(r *raft.InstallSnapshotRequest) { r.SnapshotVersion = 0 }), false},
+		{"snapshot version 2", snap(func(r *raft.InstallSnapshotRequest) { r.SnapshotVersion = 2 }), false},
+		{"negative snapshot size", snap(func(r *raft.InstallSnapshotRequest) { r.Size = -1 }), false},
+		{"snapshot LastLogTerm above Term", snap(func(r *raft.InstallSnapshotRequest) { r.LastLogTerm = 6 }), false},
+		{"snapshot LastLogTerm 0", snap(func(r *raft.InstallSnapshotRequest) { r.LastLogTerm = 0 }), false},
+		{"snapshot LastLogIndex 0", snap(func(r *raft.InstallSnapshotRequest) { r.LastLogIndex, r.ConfigurationIndex = 0, 0 }), false},
+		{"snapshot ConfigurationIndex above LastLogIndex", snap(func(r *raft.InstallSnapshotRequest) { r.ConfigurationIndex = 11 }), false},
+		{"snapshot configuration not msgpack", snap(func(r *raft.InstallSnapshotRequest) { r.Configuration = []byte{0xc1, 0xc1} }), false},
+		{"snapshot configuration empty", snap(func(r *raft.InstallSnapshotRequest) { r.Configuration = nil }), false},
+	} {
+		err := a.content(raft.RPC{Command: c.cmd}, &RefusedError{})
+		if (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
+		}
+		if err != nil && err.Reason != RefusedMalformed {
+			t.Errorf("%s: reason %s, want malformed", c.name, err.Reason)
+		}
+	}
+}
+
+// TestAdmissionVoteRules: votes and pre-votes only from a voter of the
+// latest configuration at its configured address — a stranger, a member
+// that is no voter, and a voter's ID at another address are each refused
+// as not_voter, and the voter itself is admitted.
+func TestAdmissionVoteRules(t *testing.T) {
+	c := newCluster(t, 3)
+	ld, _ := c.leader()
+	c.quietly("AddNonvoter nv", func() error {
+		ld, _ = c.leader()
+		return ld.el.Raft().AddNonvoter("nv", "nv", 0, 0).Error()
+	})
+	var f *node
+	for _, nd := range c.nodes {
+		if nd != ld {
+			f = nd
+			break
+		}
+	}
+	waitFor(t, f.id+" to know nv", func() bool {
+		_, ok := find(f.el.admit.configuration(), "nv")
+		return ok
+	})
+	x := transport.NewInmem("x")
+	x.Connect(f.mem)
+	term := f.el.Raft().CurrentTerm()
+	to := raft.ServerAddress(f.id)
+	vote := func(id, addr string) func() error {
+		return func() error {
+			return x.RequestVote("", to, &raft.RequestVoteRequest{RPCHeader: hdr(id, addr), Term: term, LastLogIndex: 0, LastLogTerm: 0}, &raft.RequestVoteResponse{})
+		}
+	}
+	preVote := func(id, addr string) func() error {
+		return func() error {
+			return x.RequestPreVote("", to, &raft.RequestPreVoteRequest{RPCHeader: hdr(id, addr), Term: term + 1, LastLogIndex: 0, LastLogTerm: 0}, &raft.RequestPreVoteResponse{})
+		}
+	}
+	refusedAs(t, f, "RequestVote from a stranger", RefusedNotVoter, vote("mallory", "x"))
+	refusedAs(t, f, "RequestPreVote from a stranger", RefusedNotVoter, preVote("mallory", "x"))
+	refusedAs(t, f, "RequestVote from a non-voter member", RefusedNotVoter, vote("nv", "nv"))
+	refusedAs(t, f, "RequestPreVote from a non-voter member", RefusedNotVoter, preVote("nv", "nv"))
+	refusedAs(t, f, "RequestVote from a voter's ID at another address", RefusedNotVoter, vote(ld.id, "x"))
+	// The voter itself, at a stale term and with an empty log (raft then
+	// refuses the vote itself, changing nothing): admitted.
+	refusedAs(t, f, "RequestVote from a voter", 0, vote(ld.id, ld.id))
+}
