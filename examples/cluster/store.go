@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,8 +15,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencemetrics"
 	"github.com/termfence/termfence/storageguard/httpfence"
 )
 
@@ -148,9 +153,21 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 		return nil, err
 	}
 	s := &recordStore{cfg: cfg, b: b, refusedBy: make(map[string]uint64), acceptedBy: make(map[string]uint64)}
+	// Metrics see every path: the fence is wrapped (keeping Tx where it has
+	// one, for storageguard.Tx) and the Guard reports its own refusals.
+	reg := prometheus.NewRegistry()
+	m := fencemetrics.MustNew(reg)
+	var f storageguard.Fence
+	switch bf := b.fence().(type) {
+	case nil:
+	case storageguard.TxFence[*sql.Tx]:
+		f = fencemetrics.WrapTx(m, bf)
+	default:
+		f = m.Wrap(bf)
+	}
 	// The Guard logs its own warning when there is no Verifier; loadCodec
 	// has already warned about unsigned tokens, so pass what it returned.
-	s.guard = storageguard.NewGuard(b.fence(), storageguard.GuardConfig{Cluster: cfg.Cluster, Verifier: cfg.Verifier})
+	s.guard = storageguard.NewGuard(f, storageguard.GuardConfig{Cluster: cfg.Cluster, Verifier: cfg.Verifier, OnRefuse: m.Refused})
 	if cfg.Unfenced {
 		cfg.Log.Warn("store: -unfenced: writes are NOT checked against the highest epoch (control experiment only)")
 		s.write = http.HandlerFunc(s.unfencedWrite)
@@ -161,6 +178,7 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	s.mux.HandleFunc("/write", s.handleWrite)
 	s.mux.HandleFunc("/read", s.handleRead)
 	s.mux.HandleFunc("/status", s.handleStatus)
+	s.mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return s, nil
 }
 
