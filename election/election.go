@@ -115,6 +115,7 @@ func (e *Election) start() {
 	go e.work()
 	go e.watch()
 	e.startMembership()
+	e.startPeerLog()
 	e.waker = newWaker(e.raft, e.cfg, e.localAddr, e.inbox)
 	poke(e.workCh)
 	pokeWatch(e.watchCh)

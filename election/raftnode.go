@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
@@ -39,6 +40,8 @@ type raftNode struct {
 	// through, and the waker hands raft a request of its own there.
 	inbox chan raft.RPC
 	admit *admission // admission.go
+
+	rlog hclog.Logger // raft's logger (internal/raftlog), told when a peer is back (peerlog.go)
 }
 
 // openNode opens (or creates) the node's stores, bootstraps a new cluster
@@ -55,6 +58,7 @@ func openNode(c Config, notifyCh chan<- bool) (*raftNode, error) {
 			ErrInvalidConfig, c.ID, id)
 	}
 	rc := raftConfig(c, notifyCh)
+	n.rlog = rc.Logger
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
