@@ -338,9 +338,9 @@ func (n *node) writeLoop(ctx context.Context) {
 }
 
 // leadWrites writes under one epoch. The token is signed once, when the
-// epoch is taken, like the seed's lock holder with its token.
+// epoch is taken, like Kleppmann's lock holder with its token.
 //
-// It deliberately behaves like the seed's paused process: when it learns
+// It deliberately behaves like Kleppmann's paused process: when it learns
 // that its epoch is gone (lctx ends) it makes one more write with the token
 // it holds before it stops. A process frozen anywhere in its loop (SIGSTOP,
 // a GC pause, a VM migration) learns of its deposition only after it

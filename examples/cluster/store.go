@@ -41,7 +41,7 @@ import (
 //
 // With unfenced set (the control experiment only) the token is still
 // verified but its epoch is not compared with anything: a deposed leader's
-// late write overwrites its successor's, which is what the seed's first run
+// late write overwrites its successor's, which is what the README's -unfenced run
 // shows.
 
 // DefaultResource is the resource a write or read names when it names none.
