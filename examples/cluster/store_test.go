@@ -241,6 +241,16 @@ func TestStoreUnfencedAcceptsStale(t *testing.T) {
 	if rec.Term != 5 {
 		t.Errorf("unfenced register %+v; want the stale term-5 write to have overwritten term 6", rec)
 	}
+	// The lost update is visible: counted, and "highest" means what it
+	// means on a fenced store (the newest epoch accepted), not the last
+	// write's.
+	var ss storeStatus
+	if err := getJSON(hc, srv.URL+"/status", &ss); err != nil {
+		t.Fatal(err)
+	}
+	if ss.LostUpdates != 1 || ss.Highest[DefaultResource] != "demo/6/n2" || ss.Fenced {
+		t.Errorf("unfenced status %+v; want lost_updates=1, highest demo/6/n2, fenced=false", ss)
+	}
 }
 
 // TestParseBootstrap checks the -bootstrap syntax.
