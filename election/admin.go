@@ -37,17 +37,19 @@ func (e *Election) Resign(ctx context.Context) error {
 
 // TransferTo hands leadership to the voter with this ID, which wins term+1,
 // and waits until this node is no longer leader. It fails with a
-// *NotLeaderError on a node that is not leader and with ErrUnknownServer for
-// an ID that is not another voter. Failed attempts are retried as in Resign.
+// *NotLeaderError on a node that is not leader (also when id is this node's:
+// the leader can hand over to it) and with ErrUnknownServer for an ID that
+// is not a voter. On the leader, its own ID asks for nothing: TransferTo
+// returns nil at once. Failed attempts are retried as in Resign.
 func (e *Election) TransferTo(ctx context.Context, id string) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	if id == e.cfg.ID {
-		return fmt.Errorf("%w: %s is this node", ErrUnknownServer, id)
-	}
 	if e.raft.State() != raft.Leader {
 		return e.notLeader()
+	}
+	if id == e.cfg.ID {
+		return nil // already leads
 	}
 	addr, ok := e.voterAddr(id)
 	if !ok {

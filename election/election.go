@@ -56,6 +56,7 @@ type Election struct {
 	memberMu sync.Mutex // one membership check-and-change at a time (members.go)
 
 	clock leaderClock   // since when no leader / no confirmed epoch (health.go)
+	seat  membership    // whether this node is still a member (removed.go)
 	stats statsRecorder // counters behind Stats (stats.go)
 
 	closed    atomic.Bool
@@ -121,6 +122,8 @@ func (e *Election) start() {
 	go e.drain()
 	go e.work()
 	go e.watch()
+	e.startMembership()
+	e.startPeerLog()
 	e.waker = newWaker(e.raft, e.cfg, e.localAddr, e.inbox)
 	poke(e.workCh)
 	pokeWatch(e.watchCh)

@@ -113,8 +113,8 @@ func ExampleElection_AddNonvoter() {
 
 // Logging through log/slog: raft's own logs are adapted onto the same
 // logger, with its state-transition chatter below Info, so at Info a
-// healthy node logs only what matters (here without timestamps, for a
-// stable output).
+// healthy node logs only what matters — its first election is not a
+// warning (here without timestamps, for a stable output).
 func ExampleConfig_logger() {
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
 		Level: slog.LevelInfo,
@@ -145,6 +145,5 @@ func ExampleConfig_logger() {
 		log.Fatal(err)
 	}
 	// Output:
-	// level=WARN msg="heartbeat timeout reached, starting election" node=node-a logger=raft last-leader-addr="" last-leader-id=""
 	// level=INFO msg="epoch confirmed" node=node-a cluster=payments term=2 leader=node-a
 }

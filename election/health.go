@@ -19,6 +19,8 @@ type HealthError struct {
 	Probe  string        // "live" or "ready"
 	Reason string        // what is wrong, e.g. "no known leader"
 	For    time.Duration // how long it has been so
+
+	removed bool // the reason is ErrRemoved
 }
 
 // Error implements error.
@@ -26,8 +28,11 @@ func (e *HealthError) Error() string {
 	return fmt.Sprintf("election: not %s: %s for %v", e.Probe, e.Reason, e.For.Round(time.Millisecond))
 }
 
-// Is reports whether target is ErrUnhealthy.
-func (e *HealthError) Is(target error) bool { return target == ErrUnhealthy }
+// Is reports whether target is ErrUnhealthy, or ErrRemoved when this node
+// is not ready because it was removed from the cluster.
+func (e *HealthError) Is(target error) bool {
+	return target == ErrUnhealthy || (e.removed && target == ErrRemoved)
+}
 
 // HealthConfig configures Election.Health. Zero fields take the documented
 // defaults.
@@ -76,9 +81,16 @@ func (e *Election) Health(cfg HealthConfig) (*Health, error) {
 // NoLeaderTimeout, or Raft has made it leader but it has not held a
 // confirmed epoch for longer than ConfirmTimeout (a *HealthError matching
 // ErrUnhealthy). It recovers by itself once a leader is known again.
+//
+// A node that knows it was removed from the cluster (Election.Removed) is
+// live: it knows no leader on purpose, and restarting it would change
+// nothing. Ready tells that it cannot serve.
 func (h *Health) Live() error {
 	if h.e.closed.Load() {
 		return ErrClosed
+	}
+	if h.e.Removed() {
+		return nil
 	}
 	now := time.Now()
 	noLeader, unconfirmed := h.e.clock.since(now)
@@ -94,8 +106,14 @@ func (h *Health) Live() error {
 // Ready reports whether this node can serve now: Live holds and a leader
 // is known at this moment — this node with a confirmed epoch, or another
 // node it can redirect to. Unlike Live it fails at once, without waiting
-// for a timeout, and recovers as soon as a leader is known.
+// for a timeout, and recovers as soon as a leader is known. On a node
+// removed from the cluster it fails with a *HealthError that also matches
+// ErrRemoved, until the node is added again.
 func (h *Health) Ready() error {
+	if since := h.e.removedSince(); !since.IsZero() && !h.e.closed.Load() {
+		return &HealthError{Probe: "ready", Reason: "removed from the cluster (add it again or retire it)",
+			For: max(time.Since(since), time.Nanosecond), removed: true}
+	}
 	if err := h.Live(); err != nil {
 		if he, ok := err.(*HealthError); ok {
 			he.Probe = "ready"

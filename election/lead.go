@@ -8,8 +8,9 @@ import (
 )
 
 // Lead runs fn each time this node holds a newly confirmed epoch, and
-// blocks until ctx ends (it then returns ctx.Err()) or the Election closes
-// (ErrClosed).
+// blocks until ctx ends (it then returns ctx.Err()), the Election closes
+// (ErrClosed), or this node learns that it was removed from the cluster
+// (ErrRemoved: it will not lead again unless it is added back).
 //
 // fn is called with the epoch and a context that is cancelled as soon as
 // this node is seen to lose that epoch (it stepped down, was deposed or
@@ -50,6 +51,9 @@ func (e *Election) Lead(ctx context.Context, fn func(ctx context.Context, ep epo
 				return err
 			}
 			return ErrClosed
+		}
+		if l.Removed {
+			return ErrRemoved
 		}
 		if !l.Leading() || l.Epoch.Term <= last {
 			continue

@@ -204,7 +204,7 @@ func (e *Election) configuration() ([]raft.Server, error) {
 // in 1..65535. In-memory transports name nodes freely.
 func (e *Election) checkAddr(addr string) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %w: "+format, append([]any{ErrInvalidArgument, ErrInvalidAddress}, args...)...)
+		return &addrError{msg: fmt.Sprintf(format, args...)}
 	}
 	if addr == "" {
 		return bad("empty address")
@@ -224,3 +224,11 @@ func (e *Election) checkAddr(addr string) error {
 	}
 	return nil
 }
+
+// addrError is checkAddr's refusal: it reads "election: invalid member
+// address: …" (one prefix, not the two of both sentinels) and matches
+// ErrInvalidAddress and ErrInvalidArgument.
+type addrError struct{ msg string }
+
+func (e *addrError) Error() string   { return ErrInvalidAddress.Error() + ": " + e.msg }
+func (e *addrError) Unwrap() []error { return []error{ErrInvalidArgument, ErrInvalidAddress} }

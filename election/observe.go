@@ -34,6 +34,9 @@ type Leadership struct {
 	// Epoch is this node's confirmed epoch when it holds one (see
 	// Election.Epoch); zero otherwise, and always zero unless Self.
 	Epoch epoch.Epoch
+	// Removed reports that this node knows it was removed from the cluster
+	// (see Election.Removed): it will know no leader until added again.
+	Removed bool
 }
 
 // Leading reports whether the Leadership grants an epoch: Self with a
@@ -49,6 +52,7 @@ type Status struct {
 	LeaderAddr string
 	LeaderMeta string      // the leader's advertised metadata (Leadership.LeaderMeta)
 	Epoch      epoch.Epoch // zero unless this node holds a confirmed epoch
+	Removed    bool        // this node knows it was removed (Election.Removed)
 }
 
 // Status returns this node's current state. After Close, State is
@@ -63,6 +67,7 @@ func (e *Election) Status() Status {
 		LeaderAddr: l.LeaderAddr,
 		LeaderMeta: l.LeaderMeta,
 		Epoch:      l.Epoch,
+		Removed:    l.Removed,
 	}
 }
 
@@ -78,7 +83,8 @@ func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 
 // WaitLeader blocks until this node knows a leader (itself with a confirmed
 // epoch, or another node) and returns that Leadership. It returns ctx's
-// error when ctx ends first, and ErrClosed if the Election closes.
+// error when ctx ends first, ErrClosed if the Election closes, and
+// ErrRemoved once this node knows it was removed from the cluster.
 func (e *Election) WaitLeader(ctx context.Context) (Leadership, error) {
 	if err := ctx.Err(); err != nil {
 		return Leadership{}, err
@@ -86,6 +92,9 @@ func (e *Election) WaitLeader(ctx context.Context) (Leadership, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for l := range e.Observe(ctx) {
+		if l.Removed {
+			return Leadership{}, ErrRemoved
+		}
 		if l.LeaderID != "" && (!l.Self || l.Leading()) {
 			return l, nil
 		}
@@ -98,6 +107,12 @@ func (e *Election) WaitLeader(ctx context.Context) (Leadership, error) {
 
 // leadership reads this node's current Leadership.
 func (e *Election) leadership() Leadership {
+	l := e.raftLeadership()
+	l.Removed = e.Removed()
+	return l
+}
+
+func (e *Election) raftLeadership() Leadership {
 	if ep, err := e.Epoch(); err == nil {
 		return Leadership{Term: ep.Term, LeaderID: ep.Leader, LeaderAddr: e.localAddr, LeaderMeta: e.meta.get(ep.Leader), Self: true, Epoch: ep}
 	}
@@ -132,6 +147,7 @@ func (e *Election) watch() {
 			l := e.leadership()
 			e.clock.track(l, time.Now())
 			e.hub.publish(l)
+			poke(e.seat.poke) // a lost leader or a step-down may be a removal
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
@@ -44,6 +45,7 @@ type raftNode struct {
 	inbox chan raft.RPC
 	admit *admission // admission.go
 	term  *termSource
+	rlog hclog.Logger // raft's logger (internal/raftlog), told when a peer is back (peerlog.go)
 }
 
 // openNode opens (or creates) the node's stores, bootstraps a new cluster
@@ -60,6 +62,7 @@ func openNode(c Config, notifyCh chan<- bool) (*raftNode, error) {
 			ErrInvalidConfig, c.ID, id)
 	}
 	rc := raftConfig(c, notifyCh)
+	n.rlog = rc.Logger
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

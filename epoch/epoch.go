@@ -111,6 +111,9 @@ func nameByte(c byte) bool {
 // String returns the canonical text form "cluster/term/leader". For an
 // invalid epoch it still returns a readable string, which Parse refuses.
 func (e Epoch) String() string {
+	if e.IsZero() {
+		return "" // no epoch: not "/0/"
+	}
 	return string(e.appendText(make([]byte, 0, len(e.Cluster)+len(e.Leader)+22)))
 }
 

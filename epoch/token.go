@@ -238,7 +238,11 @@ func hmacKeys(keys []HMACKey) (map[string]*hmacKey, error) {
 	m := make(map[string]*hmacKey, len(keys))
 	for _, k := range keys {
 		if len(k.Secret) < MinHMACKeyLen {
-			return nil, fmt.Errorf("epoch: HMAC key %q is %d bytes, need at least %d", k.ID, len(k.Secret), MinHMACKeyLen)
+			name := "HMAC key"
+			if k.ID != "" {
+				name = fmt.Sprintf("HMAC key with ID %q", k.ID)
+			}
+			return nil, fmt.Errorf("epoch: %s is %d bytes, need at least %d", name, len(k.Secret), MinHMACKeyLen)
 		}
 		if k.ID != "" && !ValidKeyID(k.ID) {
 			return nil, fmt.Errorf("epoch: HMAC key ID %q: want 1..%d bytes of [A-Za-z0-9_-]", k.ID, MaxKeyIDLen)

@@ -31,8 +31,8 @@ type GuardConfig struct {
 	Verifier epoch.Verifier
 	// OnRefuse, if set, is called with every token the Guard refuses before
 	// the fence is touched (missing, unsigned or badly signed, malformed, of
-	// another cluster, for a bad resource name), from the calling goroutine;
-	// it must not block. Refusals by the fence itself (stale, conflicting
+	// another cluster, for a bad resource name), by Verify as by Do, Admit,
+	// Check and Tx, from the calling goroutine; it must not block. Refusals by the fence itself (stale, conflicting
 	// epochs) are the fence's to report. Package storageguard/fencemetrics
 	// counts them with it. Nil: nothing is called.
 	OnRefuse func(resource string, err error)
@@ -126,8 +126,17 @@ func (g *Guard) Err() error {
 // Verifier) with an error wrapping both ErrUnauthenticated and the epoch
 // package's cause (epoch.ErrUnsigned, epoch.ErrBadSignature), and an epoch of
 // another cluster than GuardConfig.Cluster with a *ForeignError. resource
-// only names the resource in a ForeignError.
+// only names the resource in a ForeignError. Like every refusal of the
+// Guard, a refusal here is passed to GuardConfig.OnRefuse.
 func (g *Guard) Verify(resource, token string) (epoch.Epoch, error) {
+	ep, err := g.verify(resource, token)
+	if err != nil && g != nil && g.onRefuse != nil {
+		g.onRefuse(resource, err)
+	}
+	return ep, err
+}
+
+func (g *Guard) verify(resource, token string) (epoch.Epoch, error) {
 	if err := g.Err(); err != nil {
 		return epoch.Epoch{}, err
 	}
@@ -161,15 +170,15 @@ func (g *Guard) Verify(resource, token string) (epoch.Epoch, error) {
 // admit checks everything that needs no fence: the guard itself, the
 // resource name and the token.
 func (g *Guard) admit(resource, token string) (epoch.Epoch, error) {
-	if err := g.Err(); err != nil {
-		return epoch.Epoch{}, err
+	err := g.Err()
+	if err == nil {
+		err = ValidateResource(resource)
 	}
-	err := ValidateResource(resource)
 	var ep epoch.Epoch
 	if err == nil {
-		ep, err = g.Verify(resource, token)
+		ep, err = g.verify(resource, token)
 	}
-	if err != nil && g.onRefuse != nil {
+	if err != nil && g != nil && g.onRefuse != nil {
 		g.onRefuse(resource, err)
 	}
 	return ep, err

@@ -236,7 +236,13 @@ func (s *inbound) serve(c *inConn) {
 	if err := s.handshake(c); err != nil {
 		if !c.evicted.Load() {
 			s.shakeFailed.Add(1)
-			s.warn("inbound connection refused", "remote", c.raw.RemoteAddr().String(), "error", err)
+			if errors.Is(err, io.EOF) {
+				// The peer closed it before asking anything: raft
+				// dropping a pooled or pipeline connection, not an attack.
+				s.log.Debug("inbound connection closed before a request", "remote", c.raw.RemoteAddr().String())
+			} else {
+				s.warn("inbound connection refused", "remote", c.raw.RemoteAddr().String(), "error", err)
+			}
 		}
 		return
 	}

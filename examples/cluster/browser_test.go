@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/internal/skiptest"
 )
 
 // chromiumPath is Debian's chromium (apt-get install chromium; .ci/run
@@ -39,7 +40,7 @@ const chromiumPath = "/usr/bin/chromium"
 // (the one in README.md).
 func TestStatusPageInChromium(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Skipf("headless browser test skipped: %s is missing (apt-get install -y chromium; .ci/run installs it)", chromiumPath)
+		skiptest.Skip(t, "Chromium ("+chromiumPath+")", "headless browser test skipped: %s is missing (apt-get install -y chromium; .ci/run installs it)", chromiumPath)
 	}
 	// A longer heartbeat than the other cluster tests: on a loaded machine
 	// a load-made election between "the page shows L" and "SIGSTOP L"

@@ -5,7 +5,7 @@
 //
 // Usage:
 //
-//	cluster [-scenario NAME] [flags]  one case of the seed essay on a real
+//	cluster [-scenario NAME] [flags]  one case of the fencing story (README.md) on a real
 //	                                  three-node cluster (default: paused)
 //	cluster -scenario list            the cases: paused, short-pause,
 //	                                  audit-log, restart, two-resources,

@@ -281,7 +281,7 @@ func (e *env) header(mode string) {
 	}
 }
 
-// data formats a record value (space-separated items) as the seed prints a
+// data formats a record value (space-separated items) as Kleppmann's example prints a
 // list.
 func data(v string) string { return "[" + v + "]" }
 
@@ -299,7 +299,7 @@ func outcome(a storeAnswer, err error, value string) string {
 }
 
 // actor is a node acting under one epoch, with the token it signed when it
-// took it (and keeps, like the seed's lock holder, through any pause).
+// took it (and keeps, like Kleppmann's lock holder, through any pause).
 type actor struct {
 	n   *demoNode
 	ep  epoch.Epoch

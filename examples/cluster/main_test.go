@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/termfence/termfence/internal/freeport"
+	"github.com/termfence/termfence/internal/skiptest"
 )
 
 // bin is the example binary, built once per test run by TestMain.
@@ -42,7 +43,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(skiptest.Wrap(m), goleak.Cleanup(func(code int) {
 		os.RemoveAll(dir)
 		os.Exit(code)
 	}))

@@ -57,7 +57,7 @@ func nodeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.HTTP, "http", "127.0.0.1:0", "HTTP API listen address (loopback unless told otherwise; port 0: any free port, see -addr-file)")
 	fs.StringVar(&cfg.DataDir, "data", "", "data directory for the durable Raft state (required)")
 	fs.StringVar(&bootstrap, "bootstrap", "", `initial voters "id=raftaddr,id=raftaddr,..." (first start only; harmless on restart)`)
-	fs.StringVar(&cfg.Join, "join", "", "HTTP address of a running node to join through (it forwards to the leader)")
+	fs.StringVar(&cfg.Join, "join", "", "HTTP address of a running node to join through (a follower answers 503 naming the leader; this node then asks the leader)")
 	fs.StringVar(&cfg.Store, "store", "", "URL of the fenced store, e.g. http://127.0.0.1:7000 (optional)")
 	fs.StringVar(&cfg.TokenKey, "token-key", "", "HMAC key file shared with the store (without it tokens are unsigned: a warning is logged)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "this node's PEM certificate (with -tls-key and -tls-ca: mutual TLS for Raft and the HTTP API)")
@@ -85,8 +85,7 @@ func nodeMain(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if err := cfg.check(); err != nil {
-		fmt.Fprintf(stderr, "node: %v\n", err)
-		fs.Usage()
+		fmt.Fprintf(stderr, "node: %v\n(cluster node -h lists every flag)\n", err)
 		return errUsage
 	}
 	if cfg.codec, err = loadCodec(cfg.TokenKey, log); err != nil {
@@ -295,8 +294,10 @@ func (n *node) shutdown() error {
 		rctx, cancel := context.WithTimeout(context.Background(), 4*n.cfg.Heartbeat)
 		if err := n.el.Resign(rctx); err != nil {
 			n.log.Warn("shutdown: could not hand leadership over", "error", err)
+		} else if l, err := n.el.WaitLeader(rctx); err == nil {
+			n.log.Info("shutdown: handed leadership over", "leader", l.LeaderID)
 		} else {
-			n.log.Info("shutdown: handed leadership over", "leader", n.el.Status().LeaderID)
+			n.log.Info("shutdown: handed leadership over; the next leader is not known here yet")
 		}
 		cancel()
 	}
@@ -337,9 +338,9 @@ func (n *node) writeLoop(ctx context.Context) {
 }
 
 // leadWrites writes under one epoch. The token is signed once, when the
-// epoch is taken, like the seed's lock holder with its token.
+// epoch is taken, like Kleppmann's lock holder with its token.
 //
-// It deliberately behaves like the seed's paused process: when it learns
+// It deliberately behaves like Kleppmann's paused process: when it learns
 // that its epoch is gone (lctx ends) it makes one more write with the token
 // it holds before it stops. A process frozen anywhere in its loop (SIGSTOP,
 // a GC pause, a VM migration) learns of its deposition only after it

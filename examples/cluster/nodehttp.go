@@ -117,7 +117,7 @@ func (n *node) notLeader(w http.ResponseWriter) {
 func (n *node) handleWrite(w http.ResponseWriter, r *http.Request) {
 	// The epoch is taken before the body is read, as the contract says: a
 	// node paused while it reads (or sends) stays on the epoch it held when
-	// the request arrived, exactly like a paused leader in the seed.
+	// the request arrived, exactly like the paused leader in Kleppmann's example.
 	ep, err := n.el.Epoch()
 	if err != nil {
 		n.notLeader(w)

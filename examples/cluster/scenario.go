@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// A scenario is one case of the seed essay, run for real on a three-node
+// A scenario is one case of the fencing story (examples/cluster/README.md), run for real on a three-node
 // Raft cluster. Each lives in a file of its own (scenario_NAME.go) and is
 // registered by one row of the scenarios table below; adding a case is:
 // write its run function, add its row, add its test to scenario_test.go.
@@ -20,7 +20,7 @@ import (
 // scenarioDef is one row of the table.
 type scenarioDef struct {
 	name  string
-	essay string // the essay's section this case comes from
+	essay string // the case: which part of the story (see the README's sources)
 	about string // one line: what the run shows
 	// flags lists the variant flags this scenario accepts besides the
 	// common ones (-heartbeat, -v, -svg, -dsn): unfenced, volatile, tx,
@@ -31,18 +31,18 @@ type scenarioDef struct {
 
 // scenarios is the table `-scenario list` prints, in this order.
 var scenarios = []scenarioDef{
-	{"paused", "A picture (tokens 33/34)", "a leader pauses past its lease; its late write is refused (-unfenced: it lands and B's update is lost)", []string{"unfenced", "backend"}, runPaused},
-	{"short-pause", "Try it 1", "a pause shorter than the lease: fenced and unfenced stores both \"work\" — which proves nothing about safety", nil, runShortPause},
-	{"audit-log", "Try it 2", "a second resource that checks no token: the store refuses A, the audit log records A's write after B's", nil, runAuditLog},
-	{"restart", "Try it 3", "the whole cluster restarts: with raft-boltdb terms continue above the store's; with -volatile they go back and the new leader is refused", []string{"volatile"}, runRestart},
-	{"two-resources", "Where it breaks: several resources", "one write to two stores, only one fenced: the stale write is half refused", nil, runTwoResources},
-	{"half-done", "Where it breaks: fencing rejects, it does not undo", "a two-step write without a transaction leaves step one behind; with -tx (sqlfence Tx) it leaves nothing", []string{"tx"}, runHalfDone},
-	{"stale-read", "Where it breaks: reads are not fenced", "A reads, pauses, acts on stale data; an unfenced read by the deposed leader is served, a Check-ed one refused", nil, runStaleRead},
-	{"efficiency", "Try it 4 / efficiency vs correctness", "a job guarded by an efficiency lock runs twice: a duplicate, not corruption — no fence needed", nil, runEfficiency},
+	{"paused", "Kleppmann's picture (tokens 33/34)", "a leader pauses past its lease; its late write is refused (-unfenced: it lands and B's update is lost)", []string{"unfenced", "backend"}, runPaused},
+	{"short-pause", "exercise: a short pause", "a pause shorter than the lease: fenced and unfenced stores both \"work\" — which proves nothing about safety", nil, runShortPause},
+	{"audit-log", "exercise: an unchecked second resource", "a second resource that checks no token: the store refuses A, the audit log records A's write after B's", nil, runAuditLog},
+	{"restart", "exercise: the lock service restarts", "the whole cluster restarts: with raft-boltdb terms continue above the store's; with -volatile they go back and the new leader is refused", []string{"volatile"}, runRestart},
+	{"two-resources", "where fencing stops: several resources", "one write to two stores, only one fenced: the stale write is half refused", nil, runTwoResources},
+	{"half-done", "where fencing stops: fencing rejects, it does not undo", "a two-step write without a transaction leaves step one behind; with -tx (sqlfence Tx) it leaves nothing", []string{"tx"}, runHalfDone},
+	{"stale-read", "where fencing stops: reads are not fenced", "A reads, pauses, acts on stale data; an unfenced read by the deposed leader is served, a Check-ed one refused", nil, runStaleRead},
+	{"efficiency", "exercise: efficiency or correctness", "a job guarded by an efficiency lock runs twice: a duplicate, not corruption — no fence needed", nil, runEfficiency},
 	{"lab", "The idea on three machines (-lab)", "node processes on hosts of their own (Linux network namespaces; root): a leader paused by SIGSTOP, then one partitioned by the kernel; both late writes refused", []string{"unfenced"}, runLab},
 	{"gc-pause", "The idea in one minute (a real pause)", "a node process is SIGSTOPped while it leads, a new leader is elected, SIGCONT: its late write is refused", []string{"unfenced"}, runGCPause},
 	{"object-store", "A picture, against an S3 object store", "A's PUT, read before its pause and sent after it, is refused by a versitygw S3 server (conditional PUT, objectfence); -unfenced: it lands and B's update is lost", []string{"unfenced"}, runObjectStore},
-	{"every-write-path", "Where it breaks: every write path must check", "PostgreSQL guards the table (pgtrigger): A's batch job writing around the store's API is refused by the database (-api-only: it lands, B's update is lost)", []string{"api-only"}, runEveryWritePath},
+	{"every-write-path", "where fencing stops: every write path must check", "PostgreSQL guards the table (pgtrigger): A's batch job writing around the store's API is refused by the database (-api-only: it lands, B's update is lost)", []string{"api-only"}, runEveryWritePath},
 }
 
 // findScenario returns the row named name.
@@ -158,7 +158,7 @@ func demoMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // usage prints the whole command's usage (also `cluster help`).
 func usage(fs *flag.FlagSet) {
 	w := fs.Output()
-	fmt.Fprintf(w, `usage: cluster [-scenario NAME] [flags]   run one case of the fencing essay (default: paused)
+	fmt.Fprintf(w, `usage: cluster [-scenario NAME] [flags]   run one case of the fencing story (default: paused)
        cluster -scenario list             list the cases
        cluster node [flags]               one Raft node (cluster node -h)
        cluster store [flags]              the fenced store (cluster store -h)

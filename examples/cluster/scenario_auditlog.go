@@ -10,7 +10,7 @@ import (
 )
 
 // auditLog is a second resource that checks no token: an append-only log
-// both leaders write to, as the essay's second exercise has it. It accepts
+// both leaders write to, as the README's second exercise has it. It accepts
 // every entry in the order they arrive.
 type auditLog struct {
 	mu      sync.Mutex

@@ -19,7 +19,7 @@ import (
 	"github.com/termfence/termfence/internal/freeport"
 )
 
-// runGCPause is the essay's pause for real: three `cluster node` processes
+// runGCPause is the README's pause for real: three `cluster node` processes
 // (this binary, re-executed) and the fenced store. Each node's -write-every
 // writer writes to the store while it leads. The leader's process is frozen
 // with SIGSTOP — every goroutine, its Raft node, its writer: a

@@ -26,7 +26,7 @@ type labHosts struct {
 	client *netlab.Host   // where this process talks to the nodes from
 }
 
-// runLab is the essay on three machines: three `cluster node` processes,
+// runLab is the story on three machines: three `cluster node` processes,
 // each on a host of its own (a Linux network namespace with its own
 // address and TCP stack, cabled to a bridge: internal/netlab), and the
 // store on a fourth. Act one: the leader A is paused with SIGSTOP; B is

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// runPaused is the seed's run with tokens 33 and 34, the terms real: A takes
+// runPaused is Kleppmann's run with tokens 33 and 34, the terms real: A takes
 // its epoch, writes the initial data and reads it, checks it still leads —
 // then pauses past its lease. B is elected in a higher term, reads and
 // writes. A wakes and writes with the token it took before the pause. The

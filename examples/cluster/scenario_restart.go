@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// runRestart is the essay's third exercise: the lock service restarts. The
+// runRestart is the README's third exercise: the lock service restarts. The
 // leaders write under a few terms, then the whole cluster stops and starts
 // again on the same addresses. With raft-boltdb each node finds its term on
 // disk, and the next leader's term is above every term the store saw: its

@@ -4,7 +4,7 @@ import (
 	"context"
 )
 
-// runShortPause is the essay's first exercise: A pauses for less than its
+// runShortPause is the README's first exercise: A pauses for less than its
 // lease. Raft elects no one else, A's write after the pause is accepted by a
 // fenced and an unfenced store alike, and both end with the same data. Both
 // "work" — which proves nothing about safety: the pause was short this

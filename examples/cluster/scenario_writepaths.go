@@ -13,7 +13,7 @@ import (
 
 // batchJob is a second write path to the store's table: a nightly job with
 // its own PostgreSQL session that writes plain SQL, with no termfence code
-// at all — the essay's "unfenced batch job writing the same table". It may
+// at all — the README's "unfenced batch job writing the same table". It may
 // present a token the way any SQL client can (SET LOCAL termfence.token,
 // here set_config), or none.
 type batchJob struct {
@@ -76,7 +76,7 @@ func (j *batchJob) write(ctx context.Context, tok string, rec record) (code, msg
 	return "", "", nil
 }
 
-// runEveryWritePath is the essay's "every write path must check": the
+// runEveryWritePath is the README's "every write path must check": the
 // store's records live in a PostgreSQL table, and a nightly batch job that
 // A started writes the same table through its own session, around the
 // store's API. The table is guarded by pgtrigger, so the database itself

@@ -9,7 +9,7 @@ import (
 	"github.com/termfence/termfence/epoch"
 )
 
-// pauseScript is the essay's skeleton, which most scenarios share: the first
+// pauseScript is the README's skeleton, which most scenarios share: the first
 // node to take an epoch plays A; A works, then pauses (its work freezes and
 // its Raft node is cut off by transport.Faulty); the node Raft elects next
 // plays B and works; A wakes, still believing it leads, and goes on with the
@@ -90,7 +90,7 @@ func (e *env) runScript(ctx context.Context, s pauseScript) (*scriptRun, error) 
 	endPause := e.tl.begin(a.n.id, spanPause, a.ep.Term, "pause")
 	a.n.faulty.Isolate()
 	e.tl.say(a.who(), "stop-the-world pause begins: its work freezes; its Raft node is cut off (Faulty.Isolate)")
-	// Like the seed's client C, another node asks for an epoch while A's
+	// Like client 2 in Kleppmann's example, another node asks for an epoch while A's
 	// lease is live: refused.
 	if _, err := others[len(others)-1].el.Epoch(); err != nil {
 		e.tl.say(others[len(others)-1].id, "asks for an epoch: refused, %v; A's lease is still live", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,8 +15,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/fencemetrics"
 	"github.com/termfence/termfence/storageguard/httpfence"
 )
 
@@ -36,7 +41,7 @@ import (
 //
 // With unfenced set (the control experiment only) the token is still
 // verified but its epoch is not compared with anything: a deposed leader's
-// late write overwrites its successor's, which is what the seed's first run
+// late write overwrites its successor's, which is what the README's -unfenced run
 // shows.
 
 // DefaultResource is the resource a write or read names when it names none.
@@ -120,6 +125,11 @@ type recordStore struct {
 	refusedBy  map[string]uint64 // presented epoch (or "unauthenticated") -> refusals
 	acceptedBy map[string]uint64 // epoch -> accepted writes
 	last       [2]*writeEvent    // the last accepted and the last refused write
+	// newest is, per resource, the newest epoch accepted by this process,
+	// and lost the writes accepted under an older epoch than that: on a
+	// fenced store none, on an -unfenced one each is a lost update.
+	newest map[string]epoch.Epoch
+	lost   uint64
 }
 
 // openStore opens the backend named by cfg and builds the HTTP API.
@@ -147,11 +157,24 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &recordStore{cfg: cfg, b: b, refusedBy: make(map[string]uint64), acceptedBy: make(map[string]uint64)}
+	s := &recordStore{cfg: cfg, b: b, refusedBy: make(map[string]uint64), acceptedBy: make(map[string]uint64),
+		newest: make(map[string]epoch.Epoch)}
+	// Metrics see every path: the fence is wrapped (keeping Tx where it has
+	// one, for storageguard.Tx) and the Guard reports its own refusals.
+	reg := prometheus.NewRegistry()
+	m := fencemetrics.MustNew(reg)
+	var f storageguard.Fence
+	switch bf := b.fence().(type) {
+	case nil:
+	case storageguard.TxFence[*sql.Tx]:
+		f = fencemetrics.WrapTx(m, bf)
+	default:
+		f = m.Wrap(bf)
+	}
 	// Without a key loadCodec returned epoch.Plain() (and warned): an
 	// explicit choice. A nil Verifier would make the Guard refuse every
 	// token.
-	s.guard = storageguard.NewGuard(b.fence(), storageguard.GuardConfig{Cluster: cfg.Cluster, Verifier: cfg.Verifier})
+	s.guard = storageguard.NewGuard(f, storageguard.GuardConfig{Cluster: cfg.Cluster, Verifier: cfg.Verifier, OnRefuse: m.Refused})
 	if cfg.Unfenced {
 		cfg.Log.Warn("store: -unfenced: writes are NOT checked against the highest epoch (control experiment only)")
 		s.write = http.HandlerFunc(s.unfencedWrite)
@@ -162,6 +185,7 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	s.mux.HandleFunc("/write", s.handleWrite)
 	s.mux.HandleFunc("/read", s.handleRead)
 	s.mux.HandleFunc("/status", s.handleStatus)
+	s.mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return s, nil
 }
 
@@ -232,8 +256,16 @@ func (s *recordStore) count(req writeRequest, rec *capture) (ev writeEvent, ok b
 		s.accepted++
 		var rep writeReply
 		if json.Unmarshal(rec.body.Bytes(), &rep) == nil {
-			ev.Epoch = epoch.Epoch{Cluster: s.cfg.Cluster, Term: rep.Term, Leader: rep.Leader}.String()
+			ep := epoch.Epoch{Cluster: s.cfg.Cluster, Term: rep.Term, Leader: rep.Leader}
+			ev.Epoch = ep.String()
 			s.acceptedBy[ev.Epoch]++
+			if n := s.newest[req.Resource]; ep.Term < n.Term {
+				s.lost++
+				s.cfg.Log.Warn("store: LOST UPDATE: accepted a write under an older epoch over a newer leader's (-unfenced)",
+					"resource", req.Resource, "epoch", ev.Epoch, "newest", n.String(), "value", req.Value)
+			} else {
+				s.newest[req.Resource] = ep
+			}
 		}
 		ev.Value = req.Value
 		s.last[0] = &ev
@@ -376,6 +408,10 @@ type storeStatus struct {
 	LastRefused  *writeEvent       `json:"last_refused"`  // null until one
 	Fenced       bool              `json:"fenced"`
 	Backend      string            `json:"backend"`
+	// LostUpdates counts writes accepted under an older epoch than one the
+	// store had already accepted for that resource: 0 on a fenced store,
+	// each a newer leader's update overwritten on an -unfenced one.
+	LostUpdates uint64 `json:"lost_updates"`
 }
 
 // handleStatus serves GET /status. Counts are since this process started;
@@ -395,7 +431,7 @@ func (s *recordStore) handleStatus(w http.ResponseWriter, r *http.Request) {
 func (s *recordStore) status(ctx context.Context) (storeStatus, error) {
 	st := storeStatus{Highest: map[string]string{}, Fenced: !s.cfg.Unfenced, Backend: s.cfg.Backend}
 	s.mu.Lock()
-	st.Accepted, st.Refused = s.accepted, s.refused
+	st.Accepted, st.Refused, st.LostUpdates = s.accepted, s.refused, s.lost
 	st.RefusedBy, st.AcceptedBy = maps.Clone(s.refusedBy), maps.Clone(s.acceptedBy)
 	for i, p := range []**writeEvent{&st.LastAccepted, &st.LastRefused} {
 		if s.last[i] != nil {
@@ -411,13 +447,20 @@ func (s *recordStore) status(ctx context.Context) (storeStatus, error) {
 	for _, res := range names {
 		var h epoch.Epoch
 		if s.cfg.Unfenced {
-			// Nothing is fenced: report the epoch of the last write.
-			rec, ok, err := s.b.get(ctx, res)
-			if err != nil {
-				return storeStatus{}, err
-			}
-			if ok {
-				h = rec.Epoch
+			// No fence keeps a high-water mark: report, as a fenced store
+			// does, the newest epoch accepted (by this process; after a
+			// restart, until a write, the epoch of the stored record).
+			s.mu.Lock()
+			h = s.newest[res]
+			s.mu.Unlock()
+			if h.IsZero() {
+				rec, ok, err := s.b.get(ctx, res)
+				if err != nil {
+					return storeStatus{}, err
+				}
+				if ok {
+					h = rec.Epoch
+				}
 			}
 		} else if h, err = s.b.fence().Highest(ctx, res); err != nil {
 			return storeStatus{}, err

@@ -35,7 +35,7 @@ import (
 // existing guard is uninstalled) and the store checks nothing, as with the
 // other backends. With PGAPIOnly the table is not guarded either, but the
 // store's API is fenced in Go (pgfence.Tx): the "fenced API, unfenced batch
-// job" system of the essay's "every write path must check".
+// job" system of the README's "every write path must check".
 
 // PGFenceResource is the fence resource of the postgres-trigger backend's
 // table.

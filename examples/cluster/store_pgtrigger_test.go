@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/internal/skiptest"
 )
 
 // needPostgres returns the test database's DSN, or skips the test saying
@@ -22,7 +23,7 @@ func needPostgres(t *testing.T) string {
 	t.Helper()
 	dsn := os.Getenv(dsnEnv)
 	if dsn == "" {
-		t.Skip(dsnEnv + " is unset: the postgres-trigger store is not tested (source .ci/postgres.sh && pg_start_termfence)")
+		skiptest.Skip(t, "PostgreSQL (set "+dsnEnv+")", "%s is unset: the postgres-trigger store is not tested (source .ci/postgres.sh && pg_start_termfence)", dsnEnv)
 	}
 	return dsn
 }

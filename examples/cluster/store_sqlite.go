@@ -139,19 +139,21 @@ func (b *sqliteBackend) resources(ctx context.Context) ([]string, error) {
 func (b *sqliteBackend) fence() storageguard.Fence { return b.sf }
 
 // fencedWriter verifies the token with the Guard, then admits its epoch and
-// upserts the record in one SQL transaction (sqlfence.Fence.Tx): if the
-// epoch is stale the transaction writes nothing; if it is newer, the raise
-// and the record commit together.
+// upserts the record in one SQL transaction (storageguard.Tx over the
+// Guard's fence, sqlfence.Fence.Tx): if the epoch is stale the transaction
+// writes nothing; if it is newer, the raise and the record commit together.
+// A missing token goes to the Guard too, so that its refusal is counted.
 func (b *sqliteBackend) fencedWriter(g *storageguard.Guard) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := requestOf(r)
 		tok, err := httpfence.TokenFrom(r)
+		if errors.Is(err, storageguard.ErrUnauthenticated) {
+			tok, err = "", nil
+		}
 		var ep epoch.Epoch
 		if err == nil {
-			ep, err = g.Verify(req.Resource, tok)
-		}
-		if err == nil {
-			err = b.sf.Tx(r.Context(), req.Resource, ep, func(tx *sql.Tx) error {
+			err = storageguard.Tx(r.Context(), g, req.Resource, tok, func(tx *sql.Tx, admitted epoch.Epoch) error {
+				ep = admitted
 				if err := b.upsert(r.Context(), tx, record{Resource: req.Resource, Value: req.Value, Epoch: ep}); err != nil {
 					return err
 				}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -132,6 +133,22 @@ func TestStoreRefusals(t *testing.T) {
 			if ss.RefusedBy["demo/5/n1"] != 1 {
 				t.Errorf("status %+v does not count the stale write against demo/5/n1", ss)
 			}
+			// /metrics sees the same decisions, whichever path the
+			// backend writes through (Tx, Do, the proxy): the fence's
+			// and the Guard's refusals alike.
+			got := fenceDecisions(t, hc, srv.URL+"/metrics")
+			admitted := 4.0
+			if strings.HasPrefix(backendName, "proxy-") {
+				admitted++ // the proxy admits the malformed JSON; the 400 is its backend's
+			}
+			for result, want := range map[string]float64{"admitted": admitted, "stale": 1, "conflict": 1, "foreign": 1, "malformed": 1} {
+				if got[result] != want {
+					t.Errorf("/metrics: %s decisions %v, want %v (all: %v)", result, got[result], want, got)
+				}
+			}
+			if got["bad_signature"] < 2 { // unsigned, forged; a missing token where the Guard sees it
+				t.Errorf("/metrics: bad_signature decisions %v, want at least 2 (all: %v)", got["bad_signature"], got)
+			}
 		})
 	}
 }
@@ -223,6 +240,16 @@ func TestStoreUnfencedAcceptsStale(t *testing.T) {
 	}
 	if rec.Term != 5 {
 		t.Errorf("unfenced register %+v; want the stale term-5 write to have overwritten term 6", rec)
+	}
+	// The lost update is visible: counted, and "highest" means what it
+	// means on a fenced store (the newest epoch accepted), not the last
+	// write's.
+	var ss storeStatus
+	if err := getJSON(hc, srv.URL+"/status", &ss); err != nil {
+		t.Fatal(err)
+	}
+	if ss.LostUpdates != 1 || ss.Highest[DefaultResource] != "demo/6/n2" || ss.Fenced {
+		t.Errorf("unfenced status %+v; want lost_updates=1, highest demo/6/n2, fenced=false", ss)
 	}
 }
 
@@ -336,4 +363,37 @@ func TestCaptureUnwraps(t *testing.T) {
 	if err := <-errs; err != nil {
 		t.Fatalf("through capture: %v", err)
 	}
+}
+
+// fenceDecisions sums termfence_fence_decisions_total by result over every
+// op, from a Prometheus text exposition at url.
+func fenceDecisions(t *testing.T, hc *http.Client, url string) map[string]float64 {
+	t.Helper()
+	resp, err := hc.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	sums := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "termfence_fence_decisions_total{") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `result="`)
+		result, rest, _ := strings.Cut(rest, `"`)
+		_, value, _ := strings.Cut(rest, "} ")
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		sums[result] += v
+	}
+	if len(sums) == 0 {
+		t.Fatalf("GET %s: no termfence_fence_decisions_total series:\n%s", url, body)
+	}
+	return sums
 }

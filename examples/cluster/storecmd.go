@@ -38,8 +38,7 @@ func storeMain(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if *data == "" {
-		fmt.Fprintln(stderr, "store: -data is required")
-		fs.Usage()
+		fmt.Fprintln(stderr, "store: -data is required: the SQLite or Bolt file (or, for the postgres backends, the DSN)\n(cluster store -h lists every flag)")
 		return errUsage
 	}
 	codec, err := loadCodec(*keyFile, log)

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// -svg draws a run's timeline like the essay's figure: one lane per node and
+// -svg draws a run's timeline like the README's figure: one lane per node and
 // per resource, the epoch each node held (its leader lease as it saw it) as a
 // bar, the pause as a red bar across it, each election as a dashed line with
 // its term, and every write as an arrow from the writer to the resource,

@@ -10,7 +10,7 @@ import (
 )
 
 // A timeline records one scenario run twice over: as the lines it prints
-// (the seed's "t=…  who  what" log, with real milliseconds since the start)
+// (Kleppmann's "t=…  who  what" log, with real milliseconds since the start)
 // and as events and spans that -svg draws. Both come from the same calls, so
 // the picture shows exactly what the log says happened.
 
@@ -103,7 +103,7 @@ func (t *timeline) setLabel(lane, label string) {
 	t.labels[lane] = label
 }
 
-// say prints one line in the seed's style.
+// say prints one line in Kleppmann's style.
 func (t *timeline) say(who, format string, args ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/termfence/termfence/internal/skiptest"
 )
 
 var (
@@ -248,7 +250,7 @@ func TestChaosBackends(t *testing.T) {
 			if backend == "postgres" {
 				cfg.PostgresDSN = os.Getenv(PostgresEnv)
 				if cfg.PostgresDSN == "" {
-					t.Skipf("the postgres backend needs a server: set %s", PostgresEnv)
+					skiptest.Skip(t, "PostgreSQL (set "+PostgresEnv+")", "the postgres backend needs a server: set %s", PostgresEnv)
 				}
 			}
 			res := runChaos(t, cfg)

@@ -5,10 +5,12 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/termfence/termfence/internal/skiptest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(skiptest.Wrap(m), goleak.Cleanup(func(code int) {
 		if buildDir != "" {
 			_ = os.RemoveAll(buildDir)
 		}

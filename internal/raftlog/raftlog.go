@@ -17,7 +17,25 @@
 // this process closed, which happens only when it shuts down — at Debug.
 // A leader that learns of a newer term ("peer has newer term, stopping
 // replication": every leadership transfer, every Close of a leader ends so)
-// is a state transition and logged at LevelInfo. hclog arguments named like
+// is a state transition and logged at LevelInfo, and so are a failed vote
+// request (one per peer per election; in a fresh cluster's first election
+// every peer not started yet fails one), a split vote ("Election timeout
+// reached, restarting election"), a vote or pre-vote refused (the voter has
+// a leader, or a newer log: a returning node's first try), the leader's
+// lease check naming a follower it has not heard from ("failed to contact":
+// the outage the folded lines below report; "failed to contact quorum of
+// nodes, stepping down" stays a warning), and a follower's "heartbeat timeout
+// reached, starting election" when it knew no leader before (a fresh or
+// restarted node's first election, not a lost leader).
+//
+// A leader's errors about one unreachable follower, repeated every few
+// heartbeats for as long as it is away (about 140 lines a minute at a 1 s
+// heartbeat), are folded per peer: one WARN "peer unreachable" when it
+// starts failing, one WARN "peer still unreachable" summary every
+// SummaryEvery while it lasts (with the count of failed RPCs), and one INFO
+// "peer reachable again" (with the outage's length and count) when raft
+// pipelines replication to it again; each folded error is still logged at
+// Debug. hclog arguments named like
 // slog's own keys (time, level, msg, source) get a "raft-" prefix. Non-guarantees: hclog's
 // SetLevel is ignored (the slog handler decides), and records carry no
 // source position.
@@ -27,6 +45,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -70,16 +89,17 @@ func New(l *slog.Logger, name string) hclog.Logger {
 	if l == nil {
 		l = Discard()
 	}
-	return &logger{h: l.Handler(), name: name}
+	return &logger{h: l.Handler(), name: name, peers: newPeerLog()}
 }
 
 // Discard returns a *slog.Logger that logs nothing.
 func Discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 type logger struct {
-	h    slog.Handler
-	name string
-	args []any
+	h     slog.Handler
+	name  string
+	args  []any
+	peers *peerLog // shared with every logger derived from this one
 }
 
 var _ hclog.Logger = (*logger)(nil)
@@ -89,17 +109,18 @@ func (g *logger) Log(level hclog.Level, msg string, args ...any) {
 	if level >= hclog.Warn {
 		lv = demote(lv, msg, args)
 	}
-	ctx := context.Background()
-	if !g.h.Enabled(ctx, lv) {
+	if g.peers != nil && g.peers.fold(g, lv, msg, args) {
 		return
 	}
-	r := slog.NewRecord(time.Now(), lv, msg, 0)
-	if g.name != "" {
-		r.AddAttrs(slog.String("logger", g.name))
-	}
+	g.emit(lv, msg, args)
+}
+
+// renameReserved returns args with keys named like slog's own prefixed
+// "raft-"; the caller's slice stays as it was.
+func renameReserved(args []any) []any {
 	for i := 0; i+1 < len(args); i += 2 {
 		if k, ok := args[i].(string); ok && reserved[k] {
-			args = append([]any(nil), args...) // the caller's slice stays as it was
+			args = append([]any(nil), args...)
 			for j := i; j+1 < len(args); j += 2 {
 				if k, ok := args[j].(string); ok && reserved[k] {
 					args[j] = "raft-" + k
@@ -108,8 +129,7 @@ func (g *logger) Log(level hclog.Level, msg string, args ...any) {
 			break
 		}
 	}
-	r.Add(args...)
-	_ = g.h.Handle(ctx, r)
+	return args
 }
 
 // reserved are the keys of slog's own attributes.
@@ -133,13 +153,46 @@ func demote(lv slog.Level, msg string, args []any) slog.Level {
 			return slog.LevelDebug
 		}
 	}
+	if msg == "Election timeout reached, restarting election" || strings.HasPrefix(msg, "rejecting vote request") ||
+		strings.HasPrefix(msg, "rejecting pre-vote request") {
+		// A split vote, a candidate turned away: how elections go.
+		return LevelInfo
+	}
+	if msg == "failed to contact" {
+		// The leader's lease check naming a follower it has not heard from
+		// (three times per outage): the same outage as the folded
+		// replication errors below, which say it once.
+		return LevelInfo
+	}
+	if msg == "failed to make requestVote RPC" {
+		// One per peer per election, and during the first election of a
+		// fresh cluster every peer not started yet is one.
+		return LevelInfo
+	}
+	if msg == "heartbeat timeout reached, starting election" && lastLeaderUnknown(args) {
+		// No leader known before: the first election of a fresh (or
+		// restarted) node, not a lost leader.
+		return LevelInfo
+	}
 	if lv >= slog.LevelError && peerFailures[msg] {
 		return slog.LevelWarn
 	}
+
 	if msg == "peer has newer term, stopping replication" {
 		return LevelInfo
 	}
 	return lv
+}
+
+// lastLeaderUnknown reports whether raft's "heartbeat timeout reached"
+// record names no last leader.
+func lastLeaderUnknown(args []any) bool {
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, _ := args[i].(string); k == "last-leader-id" {
+			return fmt.Sprint(args[i+1]) == ""
+		}
+	}
+	return false
 }
 
 // closedHere reports whether err comes from a connection this process
@@ -182,7 +235,7 @@ func (g *logger) With(args ...any) hclog.Logger {
 	r.Add(args...)
 	attrs := make([]slog.Attr, 0, r.NumAttrs())
 	r.Attrs(func(a slog.Attr) bool { attrs = append(attrs, a); return true })
-	return &logger{h: g.h.WithAttrs(attrs), name: g.name, args: append(append([]any(nil), g.args...), args...)}
+	return &logger{h: g.h.WithAttrs(attrs), name: g.name, args: append(append([]any(nil), g.args...), args...), peers: g.peers}
 }
 
 func (g *logger) Name() string { return g.name }
@@ -191,11 +244,11 @@ func (g *logger) Named(name string) hclog.Logger {
 	if g.name != "" {
 		name = g.name + "." + name
 	}
-	return &logger{h: g.h, name: name, args: g.args}
+	return &logger{h: g.h, name: name, args: g.args, peers: g.peers}
 }
 
 func (g *logger) ResetNamed(name string) hclog.Logger {
-	return &logger{h: g.h, name: name, args: g.args}
+	return &logger{h: g.h, name: name, args: g.args, peers: g.peers}
 }
 
 // SetLevel is ignored: the slog handler decides what is logged.

@@ -7,12 +7,21 @@
 //	fence = m.Wrap(fence)                                   // decisions, raises, hold time
 //	guard := storageguard.NewGuard(fence, storageguard.GuardConfig{..., OnRefuse: m.Refused})
 //
+// A fence whose Tx method runs the caller's transaction with the check
+// (sqlfence, pgfence) is wrapped with WrapTx, which keeps Tx and counts it;
+// storageguard.Tx then verifies a token and runs the transaction through
+// the wrapper, so every path is counted:
+//
+//	sf := fencemetrics.WrapTx[*sql.Tx](m, sqlFence)
+//	guard := storageguard.NewGuard(sf, storageguard.GuardConfig{..., OnRefuse: m.Refused})
+//	err := storageguard.Tx(ctx, guard, "orders", token, func(tx *sql.Tx, ep epoch.Epoch) error { … })
+//
 // The metrics (subsystem "fence", no constant labels):
 //
-//	termfence_fence_decisions_total{op, result}  counter: op is do, admit, check or guard; result is admitted,
+//	termfence_fence_decisions_total{op, result}  counter: op is do, tx, admit, check or guard; result is admitted,
 //	                                             stale, conflict, foreign, bad_signature, malformed or error
 //	termfence_fence_raises_total                 counter: admissions that raised a resource's highest epoch
-//	termfence_fence_hold_seconds                 histogram: how long a Do's write held the fence
+//	termfence_fence_hold_seconds                 histogram: how long a Do's write (a Tx's transaction) held the fence
 //
 // # Guarantees
 //
@@ -26,6 +35,10 @@
 //     epoch it last saw per resource (read once from the fence per
 //     resource): raises made by other processes sharing the store are
 //     theirs to count.
-//   - A Guard's refusals before the fence are counted only if its
-//     GuardConfig.OnRefuse is m.Refused.
+//   - A Guard's refusals before the fence (by Verify, Do, Admit, Check and
+//     storageguard.Tx alike) are counted only if its GuardConfig.OnRefuse
+//     is m.Refused.
+//   - Wrap drops a fence's Tx method (the result is a plain Fence): a
+//     program that calls Tx on the fence it wrapped, or on the unwrapped
+//     fence, is not counted. Wrap such a fence with WrapTx.
 package fencemetrics

@@ -54,11 +54,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		hold: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "termfence", Subsystem: "fence", Name: "hold_seconds",
-			Help:    "How long a write held the fence (Do's write function).",
+			Help:    "How long a write held the fence (Do's write function, Tx's transaction function).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 		}),
 	}
-	for _, op := range []string{"do", "admit", "check", "guard"} {
+	for _, op := range []string{"do", "tx", "admit", "check", "guard"} {
 		for _, r := range Results {
 			m.decisions.WithLabelValues(op, r) // every series present from the start
 		}
@@ -86,9 +86,62 @@ func (m *Metrics) Refused(_ string, err error) {
 	m.decisions.WithLabelValues("guard", Result(err)).Inc()
 }
 
-// Wrap returns f with its decisions counted.
+// Wrap returns f with its decisions counted. The result is a plain
+// storageguard.Fence: a fence's Tx method does not survive Wrap. For a fence
+// with Tx (sqlfence, pgfence) use WrapTx, which keeps it and counts it.
 func (m *Metrics) Wrap(f storageguard.Fence) storageguard.Fence {
+	return m.wrap(f)
+}
+
+func (m *Metrics) wrap(f storageguard.Fence) *fence {
 	return &fence{m: m, f: f, seen: make(map[string]uint64)}
+}
+
+// WrapTx is Wrap for a fence with Tx: the result keeps Tx, and counts its
+// decisions (op "tx"), raises and hold time like Do's. Go cannot infer T
+// from f's method, so name it: fencemetrics.WrapTx[*sql.Tx](m, sqlFence),
+// fencemetrics.WrapTx[pgx.Tx](m, pgFence). A Guard built on the result
+// reaches Tx through storageguard.Tx.
+func WrapTx[T any](m *Metrics, f storageguard.TxFence[T]) storageguard.TxFence[T] {
+	return &txFence[T]{fence: m.wrap(f), tx: f}
+}
+
+type txFence[T any] struct {
+	*fence
+	tx storageguard.TxFence[T]
+}
+
+var _ storageguard.TxFence[struct{}] = (*txFence[struct{}])(nil)
+
+// Tx implements storageguard.TxFence. fn may run more than once (the
+// fence retries); the decision is counted once, when Tx returns: admitted
+// if fn ran and the error, if any, is not a refusal (fn's own error is not
+// the fence's), else the refusal. A raise is counted only when the
+// transaction committed.
+func (w *txFence[T]) Tx(ctx context.Context, resource string, ep epoch.Epoch, fn func(T) error) error {
+	w.before(ctx, resource)
+	var (
+		ran   bool
+		start time.Time
+	)
+	err := w.tx.Tx(ctx, resource, ep, func(tx T) error {
+		if !ran {
+			ran, start = true, time.Now()
+		}
+		return fn(tx)
+	})
+	result := Result(err)
+	if ran {
+		w.m.hold.Observe(time.Since(start).Seconds())
+		if result == "error" {
+			result = "admitted"
+		}
+	}
+	if err == nil {
+		w.admitted(resource, ep)
+	}
+	w.m.decisions.WithLabelValues("tx", result).Inc()
+	return err
 }
 
 type fence struct {

@@ -12,7 +12,8 @@
 //
 // What it checks:
 //
-//   - Run: the admission rule on every method (the seed's tokens 33 and 34,
+//   - Run: the admission rule on every method (Kleppmann's tokens 33 and
+//     34 in "How to do distributed locking", 2016,
 //     stale, conflicting, foreign and malformed epochs, bad resource names),
 //     a failed or panicking write, cancelled contexts (before the write: no
 //     write; during it: the hold stays until the write returns), Close; that writes

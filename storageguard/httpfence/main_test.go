@@ -6,12 +6,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/internal/skiptest"
 	"github.com/termfence/termfence/storageguard"
 	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
 // TestMain checks for leaked goroutines after the package's tests.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(skiptest.Wrap(m)) }
 
 // gtKey is the HMAC key the proxy and middleware tests sign with.
 var gtKey = []byte("termfence test key, 32 bytes or more")

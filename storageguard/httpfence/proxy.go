@@ -151,7 +151,7 @@ func (s *ProxyStats) TimedOut() uint64 { return s.timedOut.Load() }
 
 // NewProxy returns a fencing proxy: an http.Handler that forwards requests
 // to target only under an epoch that g admitted, for a resource that cannot
-// check tokens itself (the seed's option 2). The proxy must be the only path
+// check tokens itself (a fencing proxy: the resource's only way in checks the token for it). The proxy must be the only path
 // to the resource: a request that goes around it is unfenced.
 //
 // Each request must carry exactly one token in the Fencing-Token header

@@ -2,7 +2,7 @@
 // reached through database/sql (SQLite or PostgreSQL), and the way to make
 // the check part of the transaction that writes: Fence.Tx runs the
 // application's function in the transaction that checks, and if newer
-// raises, the epoch — the seed's "UPDATE … WHERE fence <= :token", made
+// raises, the epoch — the classic conditional write "UPDATE … WHERE fence <= :token", made
 // general. It imports no driver: open the *sql.DB with one of your choice
 // (modernc.org/sqlite, pgx's stdlib).
 //

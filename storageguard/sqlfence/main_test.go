@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/termfence/termfence/internal/skiptest"
 	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
@@ -12,5 +13,5 @@ import (
 // multi-process tests, and checks for leaked goroutines.
 func TestMain(m *testing.M) {
 	fencetest.RunChild(durable)
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(skiptest.Wrap(m))
 }

@@ -63,7 +63,7 @@ const maxAttempts = 10
 // the way to make the check part of the transaction that writes: Tx runs a
 // function in the same transaction that checks (and, if newer, raises) the
 // epoch, so the write commits only if the epoch is still the highest — the
-// seed's "UPDATE … WHERE fence <= :token", made general.
+// classic conditional write "UPDATE … WHERE fence <= :token", made general.
 //
 // The table is termfence_fence(resource BYTEA/BLOB PRIMARY KEY, cluster
 // TEXT, term BIGINT, leader TEXT), created if missing (the resource name is

@@ -16,6 +16,8 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
 	_ "modernc.org/sqlite"             // driver "sqlite"
+
+	"github.com/termfence/termfence/internal/skiptest"
 )
 
 // PostgresEnv names the DSN of a PostgreSQL server for the tests; they skip
@@ -48,7 +50,8 @@ func PostgresDSN(tb testing.TB) string {
 	tb.Helper()
 	base := os.Getenv(PostgresEnv)
 	if base == "" {
-		tb.Skipf("PostgreSQL tests skipped: set %s to a server's DSN (postgres://user@host:port/db?sslmode=disable) to run them", PostgresEnv)
+		skiptest.Skip(tb, "PostgreSQL (set "+PostgresEnv+")",
+			"PostgreSQL tests skipped: set %s to a server's DSN (postgres://user@host:port/db?sslmode=disable) to run them", PostgresEnv)
 	}
 	var b [6]byte
 	rand.Read(b[:])

@@ -1,0 +1,35 @@
+package election
+
+import (
+	"github.com/hashicorp/raft"
+
+	"github.com/termfence/termfence/internal/raftlog"
+)
+
+// startPeerLog tells raft's logger when the leader reaches a follower
+// again (raft observes it but does not log it), so that an outage that
+// internal/raftlog logged as "peer unreachable" ends with a line saying
+// the peer is back and how many RPCs failed meanwhile.
+func (e *Election) startPeerLog() {
+	ch := make(chan raft.Observation, 16)
+	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.ResumedHeartbeatObservation)
+		return ok
+	})
+	e.raft.RegisterObserver(obs)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer e.raft.DeregisterObserver(obs)
+		for {
+			select {
+			case <-e.stop:
+				return
+			case o := <-ch:
+				if r, ok := o.Data.(raft.ResumedHeartbeatObservation); ok {
+					raftlog.Resumed(e.rlog, string(r.PeerID), "")
+				}
+			}
+		}
+	}()
+}

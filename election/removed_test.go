@@ -1,0 +1,123 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/termfence/termfence/epoch"
+)
+
+// TestRemovedNodeKnows: a follower removed from a running cluster learns
+// it was removed and says so — Removed, Status and Leadership report it,
+// Lead and WaitLeader return ErrRemoved, /readyz fails naming the reason,
+// /livez holds (so a supervisor does not restart it in a loop), one log
+// line says it — and still knows after a restart on its data dir. Added
+// again, it is ready again.
+func TestRemovedNodeKnows(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	ld, _ := c.leader()
+	var f *node
+	for _, nd := range c.nodes {
+		if nd != ld {
+			f = nd
+			break
+		}
+	}
+	waitFor(t, f.id+" to follow a leader", func() bool { return f.el.Status().LeaderID != "" })
+	// NoLeaderTimeout of 1ns: Live fails the moment a member knows no
+	// leader — which a removed node does for good.
+	h, err := f.el.Health(HealthConfig{NoLeaderTimeout: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leadErr := make(chan error, 1)
+	go func() {
+		leadErr <- f.el.Lead(ctx, func(lctx context.Context, _ epoch.Epoch) error {
+			<-lctx.Done()
+			return nil
+		})
+	}()
+
+	onLeader(t, c, "RemoveServer("+f.id+")", func(nd *node) error { return nd.el.RemoveServer(ctx, f.id) })
+	waitFor(t, f.id+" to learn it was removed", f.el.Removed)
+	select {
+	case err := <-leadErr:
+		if !errors.Is(err, ErrRemoved) {
+			t.Fatalf("Lead on the removed node returned %v, want ErrRemoved", err)
+		}
+	case <-time.After(waitLong):
+		t.Fatal("Lead on the removed node did not return")
+	}
+	checkRemoved(t, f, h)
+	if n := countLines(c, f.id, "removed from the cluster"); n != 1 {
+		t.Errorf("%s logged %d lines saying it was removed, want 1", f.id, n)
+	}
+
+	// A supervisor restarts it: it still knows.
+	c.stop(f)
+	c.start(f)
+	waitFor(t, f.id+" to know it was removed after a restart", f.el.Removed)
+	if h, err = f.el.Health(HealthConfig{NoLeaderTimeout: time.Nanosecond}); err != nil {
+		t.Fatal(err)
+	}
+	checkRemoved(t, f, h)
+
+	// Added again, it follows the leader and is ready.
+	onLeader(t, c, "AddVoter("+f.id+")", func(nd *node) error { return nd.el.AddVoter(ctx, f.id, f.id) })
+	waitFor(t, f.id+" to be ready again", func() bool { return h.Ready() == nil })
+	if f.el.Removed() || f.el.Status().Removed {
+		t.Fatalf("%s still reports Removed after it was added again", f.id)
+	}
+}
+
+// checkRemoved checks everything a removed node reports.
+func checkRemoved(t *testing.T, f *node, h *Health) {
+	t.Helper()
+	if st := f.el.Status(); !st.Removed {
+		t.Errorf("Status().Removed is false on the removed node: %+v", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	if _, err := f.el.WaitLeader(ctx); !errors.Is(err, ErrRemoved) {
+		t.Errorf("WaitLeader on the removed node: %v, want ErrRemoved", err)
+	}
+	if err := f.el.Lead(ctx, func(context.Context, epoch.Epoch) error { return nil }); !errors.Is(err, ErrRemoved) {
+		t.Errorf("Lead on the removed node: %v, want ErrRemoved", err)
+	}
+	if err := h.Live(); err != nil {
+		t.Errorf("Live on the removed node: %v, want nil (a restart would change nothing)", err)
+	}
+	err := h.Ready()
+	if !errors.Is(err, ErrRemoved) || !errors.Is(err, ErrUnhealthy) {
+		t.Errorf("Ready on the removed node: %v, want ErrRemoved and ErrUnhealthy", err)
+	}
+	for path, want := range map[string]int{"/livez": http.StatusOK, "/readyz": http.StatusServiceUnavailable} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != want {
+			t.Errorf("GET %s on the removed node: %d %q, want %d", path, rec.Code, rec.Body.String(), want)
+		}
+		if want != http.StatusOK && !strings.Contains(rec.Body.String(), "removed from the cluster") {
+			t.Errorf("GET %s on the removed node says %q, want the reason", path, rec.Body.String())
+		}
+	}
+}
+
+// countLines counts the node's recorded log lines containing msg.
+func countLines(c *cluster, node, msg string) int {
+	c.check.mu.Lock()
+	defer c.check.mu.Unlock()
+	n := 0
+	for _, line := range c.check.tail {
+		if strings.Contains(line, msg) && strings.Contains(line, `"node":"`+node+`"`) {
+			n++
+		}
+	}
+	return n
+}
