@@ -45,7 +45,7 @@ type raftNode struct {
 	inbox chan raft.RPC
 	admit *admission // admission.go
 	term  *termSource
-	rlog hclog.Logger // raft's logger (internal/raftlog), told when a peer is back (peerlog.go)
+	rlog  hclog.Logger // raft's logger (internal/raftlog), told when a peer is back (peerlog.go)
 }
 
 // openNode opens (or creates) the node's stores, bootstraps a new cluster
