@@ -39,6 +39,10 @@ type raftNode struct {
 	// through, and the waker hands raft a request of its own there.
 	inbox chan raft.RPC
 	admit *admission // admission.go
+
+	// intercept, if set, takes an RPC out of the stream before admission
+	// and raft (role renewals: roleslease.go); it reports whether it did.
+	intercept func(raft.RPC) bool
 }
 
 // openNode opens (or creates) the node's stores, bootstraps a new cluster
@@ -196,6 +200,9 @@ func (n *raftNode) forward(in <-chan raft.RPC, stop <-chan struct{}) {
 	for {
 		select {
 		case rpc := <-in:
+			if n.intercept != nil && n.intercept(rpc) {
+				continue
+			}
 			if !n.admit.admit(rpc) {
 				continue
 			}

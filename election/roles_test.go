@@ -1,0 +1,312 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/termfence/termfence/epoch"
+)
+
+// newRoleCluster starts n bootstrapped nodes whose Configs configure
+// adjusts, with a role checker polling every node (see roleChecker).
+func newRoleCluster(tb testing.TB, n int, configure func(nd *node, cfg *Config)) (*cluster, *roleChecker) {
+	tb.Helper()
+	c := &cluster{tb: tb, check: newChecker(testCluster), ht: testHT, et: testET, llt: testLLT, configure: configure}
+	for i := range n {
+		id := fmt.Sprintf("n%d", i+1)
+		c.nodes = append(c.nodes, &node{c: c, id: id, dir: tb.TempDir()})
+	}
+	rc := newRoleChecker(c)
+	tb.Cleanup(func() {
+		rc.close()
+		for _, nd := range c.nodes {
+			if nd.up {
+				c.stop(nd)
+			}
+		}
+		c.check.verify(tb)
+		rc.verify(tb)
+		if tb.Failed() {
+			c.check.dumpLog(tb)
+		}
+	})
+	for _, nd := range c.nodes {
+		c.start(nd)
+	}
+	rc.run()
+	return c, rc
+}
+
+func roleNames(n int) []string {
+	rs := make([]string, n)
+	for i := range rs {
+		rs[i] = fmt.Sprintf("r%02d", i)
+	}
+	return rs
+}
+
+// withRoles configures every node with roles and lease.
+func withRoles(roles []string, lease time.Duration) func(*node, *Config) {
+	return func(_ *node, cfg *Config) {
+		cfg.Roles = roles
+		cfg.RoleLease = lease
+	}
+}
+
+// roleChecker polls every running node's HeldRoles and RoleEpoch and
+// records, per (role, grant, node), the first and last moment it was seen
+// held. Polled intervals lie inside the real ones, so an overlap between
+// two nodes' intervals is a real one (R4, with honest clocks); grants of a
+// role must rise with time (R1); and a node must hold only grants its own
+// table shows (R2).
+type roleChecker struct {
+	c    *cluster
+	mu   sync.Mutex
+	seen map[holdKey]*holdSpan
+	errs []string
+	// lying: nodes whose clocks lie; overlaps involving them are expected
+	// and recorded in overlaps instead of failing.
+	lying    map[string]bool
+	overlaps []string
+	stop     chan struct{}
+	done     chan struct{}
+	// paused, while set, stops the poller (a test that reads spans).
+	started bool
+}
+
+type holdKey struct {
+	role, node string
+	grant      uint64
+}
+
+type holdSpan struct{ first, last time.Time }
+
+func newRoleChecker(c *cluster) *roleChecker {
+	return &roleChecker{c: c, seen: make(map[holdKey]*holdSpan), lying: make(map[string]bool), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (rc *roleChecker) run() {
+	rc.started = true
+	nodes := slices.Clone(rc.c.nodes)
+	go func() {
+		defer close(rc.done)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-rc.stop:
+				return
+			case <-t.C:
+			}
+			rc.mu.Lock()
+			nodes = slices.Clone(rc.c.nodes)
+			rc.mu.Unlock()
+			for _, nd := range nodes {
+				rc.poll(nd)
+			}
+		}
+	}()
+}
+
+// poll reads one node. It tolerates a node being stopped concurrently:
+// a closed Election returns errors.
+func (rc *roleChecker) poll(nd *node) {
+	el := nd.el
+	if el == nil {
+		return
+	}
+	for _, r := range el.HeldRoles() {
+		rc.observe(nd.id, el, r)
+	}
+}
+
+func (rc *roleChecker) observe(id string, el *Election, r string) {
+	ep, err := el.RoleEpoch(r)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	if ep.Cluster != testCluster+"."+r || ep.Leader != id {
+		rc.fail("%s handed out %v for role %s", id, ep, r)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	k := holdKey{r, id, ep.Term}
+	s := rc.seen[k]
+	if s == nil {
+		s = &holdSpan{first: now}
+		rc.seen[k] = s
+	}
+	s.last = now
+}
+
+func (rc *roleChecker) fail(format string, args ...any) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.errs = append(rc.errs, fmt.Sprintf(format, args...))
+}
+
+// addNode makes the poller see nodes added after it started.
+func (rc *roleChecker) sync() {}
+
+func (rc *roleChecker) close() {
+	if !rc.started {
+		return
+	}
+	select {
+	case <-rc.stop:
+	default:
+		close(rc.stop)
+	}
+	<-rc.done
+}
+
+// violations checks the recorded spans: one grant per role per node, no
+// two nodes' spans of one role overlapping (unless one of them lies), and
+// grants rising with time.
+func (rc *roleChecker) violations() []string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	out := slices.Clone(rc.errs)
+	byRole := make(map[string][]holdKey)
+	for k := range rc.seen {
+		byRole[k.role] = append(byRole[k.role], k)
+	}
+	rc.overlaps = nil
+	for r, ks := range byRole {
+		slices.SortFunc(ks, func(a, b holdKey) int { return rc.seen[a].first.Compare(rc.seen[b].first) })
+		for i, a := range ks {
+			for _, b := range ks[i+1:] {
+				sa, sb := rc.seen[a], rc.seen[b]
+				if a.grant == b.grant && a.node != b.node {
+					out = append(out, fmt.Sprintf("role %s grant %d held by %s and %s", r, a.grant, a.node, b.node))
+				}
+				if a.node != b.node && sb.first.Before(sa.last) {
+					msg := fmt.Sprintf("role %s held by %s (grant %d, until %s) and %s (grant %d, from %s) at once",
+						r, a.node, a.grant, sa.last.Format("15:04:05.000000"), b.node, b.grant, sb.first.Format("15:04:05.000000"))
+					if rc.lying[a.node] || rc.lying[b.node] {
+						rc.overlaps = append(rc.overlaps, msg)
+					} else {
+						out = append(out, msg)
+					}
+				}
+				if b.grant < a.grant && sb.first.After(sa.first) && a.node != b.node {
+					out = append(out, fmt.Sprintf("role %s: grant %d (%s) seen after grant %d (%s)", r, b.grant, b.node, a.grant, a.node))
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (rc *roleChecker) verify(tb testing.TB) {
+	tb.Helper()
+	for _, v := range rc.violations() {
+		tb.Errorf("role invariant violated: %s", v)
+	}
+}
+
+// grantsSeen returns, per role, the grants seen held, in order.
+func (rc *roleChecker) grantsSeen() map[string][]uint64 {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	m := make(map[string][]uint64)
+	for k := range rc.seen {
+		m[k.role] = append(m[k.role], k.grant)
+	}
+	for r := range m {
+		slices.Sort(m[r])
+		m[r] = slices.Compact(m[r])
+	}
+	return m
+}
+
+// settled waits until every role is owned by a member that holds it, over
+// the nodes in ids, balanced (max - min <= 1), and returns the owners.
+func settled(tb testing.TB, c *cluster, roles []string, ids ...string) map[string]string {
+	tb.Helper()
+	var owners map[string]string
+	waitFor(tb, fmt.Sprintf("roles %v held and balanced over %v", len(roles), ids), func() bool {
+		owners = map[string]string{}
+		count := map[string]int{}
+		for _, id := range ids {
+			count[id] = 0
+			nd := c.byID(id)
+			if !nd.up {
+				return false
+			}
+			for _, r := range nd.el.HeldRoles() {
+				if prev, ok := owners[r]; ok {
+					tb.Fatalf("role %s held by %s and %s", r, prev, id)
+				}
+				owners[r] = id
+				count[id]++
+			}
+		}
+		if len(owners) != len(roles) {
+			return false
+		}
+		lo, hi := len(roles), 0
+		for _, n := range count {
+			lo, hi = min(lo, n), max(hi, n)
+		}
+		return hi-lo <= 1
+	})
+	return owners
+}
+
+func ids(c *cluster) []string {
+	var s []string
+	for _, nd := range c.nodes {
+		if nd.up {
+			s = append(s, nd.id)
+		}
+	}
+	return s
+}
+
+// TestRolesAssignedBalanced: a dozen roles on three nodes are all held,
+// spread max - min <= 1, each by the owner every node's table names, with
+// an epoch of the form the contract gives.
+func TestRolesAssignedBalanced(t *testing.T) {
+	roles := roleNames(12)
+	c, _ := newRoleCluster(t, 3, withRoles(roles, 4*testHT))
+	owners := settled(t, c, roles, ids(c)...)
+	for _, nd := range c.nodes {
+		waitFor(t, nd.id+"'s table", func() bool { return maps.Equal(nd.el.RoleOwners(), owners) })
+	}
+	for r, id := range owners {
+		nd := c.byID(id)
+		ep, err := nd.el.RoleEpoch(r)
+		if err != nil {
+			continue // may have moved since; the checker sees every hold
+		}
+		if ep.Cluster != testCluster+"."+r || ep.Leader != id || ep.Term == 0 {
+			t.Errorf("RoleEpoch(%s) = %v", r, ep)
+		}
+		tok, err := nd.el.RoleToken(r)
+		if err != nil {
+			continue
+		}
+		if got, err := epoch.Parse(tok); err != nil || got != ep {
+			t.Errorf("RoleToken(%s) = %q (%v), want %v", r, tok, err, ep)
+		}
+		for _, o := range c.nodes {
+			if o.id == id {
+				continue
+			}
+			if _, err := o.el.RoleEpoch(r); err == nil {
+				t.Errorf("%s hands out role %s owned by %s", o.id, r, id)
+			}
+		}
+	}
+	if _, err := c.nodes[0].el.RoleEpoch("nope"); err == nil {
+		t.Error("RoleEpoch of an unknown role succeeded")
+	}
+	_ = context.Background
+}
