@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard"
 )
 
 // newRoleCluster starts n bootstrapped nodes whose Configs configure
@@ -241,8 +243,8 @@ func settled(tb testing.TB, c *cluster, roles []string, ids ...string) map[strin
 				return false
 			}
 			for _, r := range nd.el.HeldRoles() {
-				if prev, ok := owners[r]; ok {
-					tb.Fatalf("role %s held by %s and %s", r, prev, id)
+				if _, ok := owners[r]; ok {
+					return false // a handover under way (the role checker judges overlaps)
 				}
 				owners[r] = id
 				count[id]++
@@ -361,5 +363,94 @@ func TestRolesPartitionedHolderStopsFirst(t *testing.T) {
 	settled(t, c, roles, all...)
 	if v := rc.violations(); len(v) != 0 {
 		t.Fatalf("violations: %v", v)
+	}
+}
+
+// slowClock is a role clock that runs at 1/div of real time: a member whose
+// lease, on that clock, outlives what the leader counts.
+func slowClock(div time.Duration) func() time.Duration {
+	base := time.Now()
+	return func() time.Duration { return time.Since(base) / div }
+}
+
+// TestRolesLyingClockFenced: a member whose clock runs twenty times slow is
+// cut off; its lease never lapses in time, so it still believes it holds
+// its roles after the leader gave them to others (the overlap the clock
+// assumption excludes, which the checker records instead of failing). Only
+// the fence saves the writes (R7): once the new owner wrote a role's
+// resource with its role epoch, every write of the old owner is refused as
+// stale, and the store never accepts an older grant after a newer one.
+func TestRolesLyingClockFenced(t *testing.T) {
+	roles := roleNames(12)
+	liar := "n3"
+	c, rc := newRoleCluster(t, 3, func(nd *node, cfg *Config) {
+		withRoles(roles, 4*testHT)(nd, cfg)
+		if nd.id == liar {
+			cfg.roleClock = slowClock(20)
+		}
+	})
+	rc.mu.Lock()
+	rc.lying[liar] = true
+	rc.mu.Unlock()
+	all := ids(c)
+	owners := settled(t, c, roles, all...)
+	v := c.byID(liar)
+	var lost []string
+	for r, o := range owners {
+		if o == liar {
+			lost = append(lost, r)
+		}
+	}
+	slices.Sort(lost)
+	v.net.Isolate()
+	newOwners := settled(t, c, roles, without(all, liar)...)
+	stillHeld := v.el.HeldRoles()
+	if len(stillHeld) == 0 {
+		t.Fatalf("the liar's lease lapsed in time: the test shows nothing (it held %v)", lost)
+	}
+	t.Logf("%s, cut off, still believes it holds %v; the group gave them to %v", liar, stillHeld, newOwners)
+
+	fence := storageguard.NewMemory()
+	defer fence.Close()
+	ctx := context.Background()
+	write := func(nd *node, r string) error {
+		ep, err := nd.el.RoleEpoch(r)
+		if err != nil {
+			return err
+		}
+		return fence.Do(ctx, r, ep, func(context.Context) error { return nil })
+	}
+	for _, r := range stillHeld {
+		// The old owner writes first: the fence has nothing newer yet.
+		if err := write(v, r); err != nil {
+			t.Fatalf("%s's first write to %s: %v", liar, r, err)
+		}
+		to := c.byID(newOwners[r])
+		if err := write(to, r); err != nil {
+			t.Fatalf("new owner %s's write to %s: %v", to.id, r, err)
+		}
+		err := write(v, r)
+		if !errors.Is(err, storageguard.ErrStale) {
+			t.Fatalf("%s's late write to %s after %s's: %v, want ErrStale", liar, r, to.id, err)
+		}
+		// A role's token on another role's resource is foreign.
+		other := roles[(slices.Index(roles, r)+1)%len(roles)]
+		if err := write(c.byID(newOwners[other]), other); err != nil {
+			t.Fatalf("%s's write to %s: %v", newOwners[other], other, err)
+		}
+		if ep, err := to.el.RoleEpoch(r); err == nil {
+			err := fence.Do(ctx, other, ep, func(context.Context) error { return nil })
+			if !errors.Is(err, storageguard.ErrForeignCluster) {
+				t.Errorf("role %s's epoch on role %s's resource: %v, want ErrForeignCluster", r, other, err)
+			}
+		}
+	}
+	v.net.Heal()
+	settled(t, c, roles, all...)
+	rc.violations()
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.overlaps) == 0 {
+		t.Error("the role checker saw no overlap with the liar: the clock did not lie")
 	}
 }
