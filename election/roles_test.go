@@ -567,3 +567,42 @@ func TestRolesGrantsRiseAcrossRestarts(t *testing.T) {
 		}
 	}
 }
+
+// TestRolesNoRenewalBeforeLossApplied: the leader refuses the renewal of a
+// member that reports an applied role index below the latest entry that
+// took a role from it, and grants it once the member reports it applied
+// (R5). Seen failing with the check removed from decide.
+func TestRolesNoRenewalBeforeLossApplied(t *testing.T) {
+	roles := roleNames(6)
+	c, _ := newRoleCluster(t, 3, withRoles(roles, 4*testHT))
+	all := ids(c)
+	owners := settled(t, c, roles, all...)
+	ld := leaderServing(t, c)
+	var r, from string
+	for rr, o := range owners {
+		if o != ld.id {
+			r, from = rr, o
+			break
+		}
+	}
+	to := without(without(all, from), ld.id)[0]
+	applied := ld.el.roles.t.applied()
+	if err := ld.el.MoveRole(context.Background(), r, to); err != nil {
+		t.Fatal(err)
+	}
+	taken := ld.el.roles.t.taken(from)
+	if taken <= applied {
+		t.Fatalf("taken[%s] = %d, not above %d", from, taken, applied)
+	}
+	ask := func(reported uint64) bool {
+		ch := make(chan bool, 1)
+		term, _ := ld.el.held()
+		ld.el.roles.decide([]renewal{{id: from, addr: from, applied: reported, recv: ld.el.roles.clk(),
+			answer: func(g bool, _ uint64) { ch <- g }}}, term)
+		return <-ch
+	}
+	if ask(taken - 1) {
+		t.Errorf("renewal of %s granted with applied %d below the entry %d that took %s from it", from, taken-1, taken, r)
+	}
+	waitFor(t, "a grant once the loss is reported applied", func() bool { return ask(taken) })
+}
