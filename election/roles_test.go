@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -605,4 +606,84 @@ func TestRolesNoRenewalBeforeLossApplied(t *testing.T) {
 		t.Errorf("renewal of %s granted with applied %d below the entry %d that took %s from it", from, taken-1, taken, r)
 	}
 	waitFor(t, "a grant once the loss is reported applied", func() bool { return ask(taken) })
+}
+
+// TestRoleHandover: a planned move (MoveRole) stops the old holder before
+// the new one starts (the role checker sees no overlap) and takes a log
+// round trip, not a lease: it is measured here and reported, never
+// asserted against a clock.
+func TestRoleHandover(t *testing.T) {
+	roles := roleNames(6)
+	c, _ := newRoleCluster(t, 3, withRoles(roles, 20*testHT)) // a lease far above a handover
+	all := ids(c)
+	settled(t, c, roles, all...)
+	ctx := context.Background()
+	var took []time.Duration
+	for i := range 6 {
+		ld := leaderServing(t, c)
+		r := roles[i]
+		from := ld.el.RoleGrants()[r].Owner
+		to := all[(slices.Index(all, from)+1)%len(all)]
+		start := time.Now()
+		if err := ld.el.MoveRole(ctx, r, to); err != nil {
+			t.Fatalf("MoveRole(%s -> %s): %v", r, to, err)
+		}
+		waitFor(t, r+" held by "+to, func() bool {
+			_, err := c.byID(to).el.RoleEpoch(r)
+			return err == nil
+		})
+		took = append(took, time.Since(start))
+		if _, err := c.byID(from).el.RoleEpoch(r); err == nil {
+			t.Errorf("%s still holds %s after %s took it", from, r, to)
+		}
+		settled(t, c, roles, all...)
+	}
+	slices.Sort(took)
+	t.Logf("handover times (lease %v): %v", 20*testHT, took)
+}
+
+// TestRolesWorkersAndMembership: voters with NoRoles hold nothing; a
+// non-voter that joins takes every role, a second takes its share
+// (max - min <= 1), and a removed one gives its roles up.
+func TestRolesWorkersAndMembership(t *testing.T) {
+	roles := roleNames(7)
+	c, rc := newRoleCluster(t, 3, func(nd *node, cfg *Config) {
+		withRoles(roles, 4*testHT)(nd, cfg)
+		cfg.NoRoles = !strings.HasPrefix(nd.id, "w")
+	})
+	ctx := context.Background()
+	ld := leaderServing(t, c)
+	for _, nd := range c.nodes {
+		if h := nd.el.HeldRoles(); len(h) != 0 {
+			t.Errorf("NoRoles voter %s holds %v", nd.id, h)
+		}
+	}
+	for _, id := range []string{"w1", "w2"} {
+		w := c.join(id)
+		rc.track(w)
+		waitFor(t, "AddNonvoter "+id, func() bool {
+			ld = leaderServing(t, c)
+			return ld.el.AddNonvoter(ctx, id, id) == nil
+		})
+		if id == "w1" {
+			settled(t, c, roles, "w1")
+		}
+	}
+	settled(t, c, roles, "w1", "w2")
+	ld = leaderServing(t, c)
+	if err := ld.el.RemoveServer(ctx, "w1"); err != nil {
+		t.Fatalf("RemoveServer(w1): %v", err)
+	}
+	settled(t, c, roles, "w2")
+	if err := ld.el.AddRoles(ctx, "extra"); err != nil {
+		t.Fatalf("AddRoles: %v", err)
+	}
+	settled(t, c, append(slices.Clone(roles), "extra"), "w2")
+	if err := ld.el.RemoveRoles(ctx, "extra", roles[0]); err != nil {
+		t.Fatalf("RemoveRoles: %v", err)
+	}
+	settled(t, c, roles[1:], "w2")
+	if _, ok := c.byID("w2").el.RoleOwners()[roles[0]]; ok {
+		t.Errorf("removed role %s still in w2's table", roles[0])
+	}
 }
