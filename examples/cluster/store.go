@@ -150,7 +150,8 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	s := &recordStore{cfg: cfg, b: b, refusedBy: make(map[string]uint64), acceptedBy: make(map[string]uint64)}
 	// The Guard logs its own warning when there is no Verifier; loadCodec
 	// has already warned about unsigned tokens, so pass what it returned.
-	s.guard = storageguard.NewGuard(b.fence(), storageguard.GuardConfig{Cluster: cfg.Cluster, Verifier: cfg.Verifier})
+	s.guard = storageguard.NewGuard(b.fence(), storageguard.GuardConfig{Cluster: cfg.Cluster, Verifier: cfg.Verifier,
+		ClusterFor: roleResourceCluster(cfg.Cluster)}) // store_roles.go
 	if cfg.Unfenced {
 		cfg.Log.Warn("store: -unfenced: writes are NOT checked against the highest epoch (control experiment only)")
 		s.write = http.HandlerFunc(s.unfencedWrite)
@@ -231,7 +232,7 @@ func (s *recordStore) count(req writeRequest, rec *capture) (ev writeEvent, ok b
 		s.accepted++
 		var rep writeReply
 		if json.Unmarshal(rec.body.Bytes(), &rep) == nil {
-			ev.Epoch = epoch.Epoch{Cluster: s.cfg.Cluster, Term: rep.Term, Leader: rep.Leader}.String()
+			ev.Epoch = epoch.Epoch{Cluster: clusterOfResource(s.cfg.Cluster, req.Resource), Term: rep.Term, Leader: rep.Leader}.String()
 			s.acceptedBy[ev.Epoch]++
 		}
 		ev.Value = req.Value
