@@ -26,6 +26,9 @@ func newRoleCluster(tb testing.TB, n int, configure func(nd *node, cfg *Config))
 	}
 	rc := newRoleChecker(c)
 	tb.Cleanup(func() {
+		if tb.Failed() {
+			dumpRoles(tb, c)
+		}
 		rc.close()
 		for _, nd := range c.nodes {
 			if nd.up {
@@ -436,7 +439,13 @@ func TestRolesLyingClockFenced(t *testing.T) {
 			t.Fatalf("%s's late write to %s after %s's: %v, want ErrStale", liar, r, to.id, err)
 		}
 		// A role's token on another role's resource is foreign.
-		other := roles[(slices.Index(roles, r)+1)%len(roles)]
+		other := ""
+		for _, o := range roles {
+			if newOwners[o] != "" && !slices.Contains(lost, o) && !slices.Contains(stillHeld, o) {
+				other = o
+				break
+			}
+		}
 		if err := write(c.byID(newOwners[other]), other); err != nil {
 			t.Fatalf("%s's write to %s: %v", newOwners[other], other, err)
 		}
@@ -463,22 +472,27 @@ func leaderServing(t *testing.T, c *cluster) *node {
 	t.Helper()
 	var ld *node
 	waitFor(t, "a leader serving role renewals", func() bool {
-		for _, nd := range c.nodes {
-			if !nd.up {
-				continue
-			}
-			rs := nd.el.roles
-			rs.mu.Lock()
-			term := rs.ls.term
-			rs.mu.Unlock()
-			if t, ok := nd.el.held(); ok && term == t {
-				ld = nd
-				return true
-			}
-		}
-		return false
+		ld = servingLeader(c)
+		return ld != nil
 	})
 	return ld
+}
+
+// servingLeader returns the node that leads and serves renewals now, or nil.
+func servingLeader(c *cluster) *node {
+	for _, nd := range c.nodes {
+		if !nd.up {
+			continue
+		}
+		rs := nd.el.roles
+		rs.mu.Lock()
+		term := rs.ls.term
+		rs.mu.Unlock()
+		if t, ok := nd.el.held(); ok && term == t {
+			return nd
+		}
+	}
+	return nil
 }
 
 // pastBound waits until ld's leader state is older than a lease plus
@@ -588,24 +602,25 @@ func TestRolesNoRenewalBeforeLossApplied(t *testing.T) {
 	}
 	to := without(without(all, from), ld.id)[0]
 	applied := ld.el.roles.t.applied()
-	if err := ld.el.MoveRole(context.Background(), r, to); err != nil {
-		t.Fatal(err)
-	}
+	ld = onServingLeader(t, c, "MoveRole", func(ld *node) error { return ld.el.MoveRole(context.Background(), r, to) })
 	taken := ld.el.roles.t.taken(from)
 	if taken <= applied {
 		t.Fatalf("taken[%s] = %d, not above %d", from, taken, applied)
 	}
-	ask := func(reported uint64) bool {
+	ask := func(ld *node, reported uint64) bool {
 		ch := make(chan bool, 1)
 		term, _ := ld.el.held()
 		ld.el.roles.decide([]renewal{{id: from, addr: from, applied: reported, recv: ld.el.roles.clk(),
 			answer: func(g bool, _ uint64) { ch <- g }}}, term)
 		return <-ch
 	}
-	if ask(taken - 1) {
+	if ask(ld, taken-1) {
 		t.Errorf("renewal of %s granted with applied %d below the entry %d that took %s from it", from, taken-1, taken, r)
 	}
-	waitFor(t, "a grant once the loss is reported applied", func() bool { return ask(taken) })
+	waitFor(t, "a grant once the loss is reported applied", func() bool {
+		ld := servingLeader(c)
+		return ld != nil && ask(ld, max(taken, ld.el.roles.t.taken(from)))
+	})
 }
 
 // TestRoleHandover: a planned move (MoveRole) stops the old holder before
@@ -620,21 +635,34 @@ func TestRoleHandover(t *testing.T) {
 	ctx := context.Background()
 	var took []time.Duration
 	for i := range 6 {
-		ld := leaderServing(t, c)
 		r := roles[i]
-		from := ld.el.RoleGrants()[r].Owner
-		to := all[(slices.Index(all, from)+1)%len(all)]
-		start := time.Now()
-		if err := ld.el.MoveRole(ctx, r, to); err != nil {
-			t.Fatalf("MoveRole(%s -> %s): %v", r, to, err)
-		}
-		waitFor(t, r+" held by "+to, func() bool {
-			_, err := c.byID(to).el.RoleEpoch(r)
-			return err == nil
+		var from, to string
+		var start time.Time
+		var old uint64
+		onServingLeader(t, c, "MoveRole "+r, func(ld *node) error {
+			from, old = ld.el.RoleGrants()[r].Owner, ld.el.RoleGrants()[r].Grant
+			if from == "" {
+				return errRetry // a handover of r is under way
+			}
+			to = all[(slices.Index(all, from)+1)%len(all)]
+			start = time.Now()
+			return ld.el.MoveRole(ctx, r, to)
+		})
+		// A leader change may drop the target (the new leader gives r to
+		// the least loaded member, which may be from again); the handover
+		// is done when a node holds a newer grant of r.
+		waitFor(t, r+" held under a grant above "+fmt.Sprint(old), func() bool {
+			for _, id := range all {
+				if ep, err := c.byID(id).el.RoleEpoch(r); err == nil && ep.Term > old {
+					to = id
+					return true
+				}
+			}
+			return false
 		})
 		took = append(took, time.Since(start))
-		if _, err := c.byID(from).el.RoleEpoch(r); err == nil {
-			t.Errorf("%s still holds %s after %s took it", from, r, to)
+		if ep, err := c.byID(from).el.RoleEpoch(r); err == nil && ep.Term <= old {
+			t.Errorf("%s still holds %s (grant %d) after %s took it", from, r, ep.Term, to)
 		}
 		settled(t, c, roles, all...)
 	}
@@ -652,7 +680,7 @@ func TestRolesWorkersAndMembership(t *testing.T) {
 		cfg.NoRoles = !strings.HasPrefix(nd.id, "w")
 	})
 	ctx := context.Background()
-	ld := leaderServing(t, c)
+	leaderServing(t, c)
 	for _, nd := range c.nodes {
 		if h := nd.el.HeldRoles(); len(h) != 0 {
 			t.Errorf("NoRoles voter %s holds %v", nd.id, h)
@@ -661,29 +689,59 @@ func TestRolesWorkersAndMembership(t *testing.T) {
 	for _, id := range []string{"w1", "w2"} {
 		w := c.join(id)
 		rc.track(w)
-		waitFor(t, "AddNonvoter "+id, func() bool {
-			ld = leaderServing(t, c)
-			return ld.el.AddNonvoter(ctx, id, id) == nil
-		})
+		onServingLeader(t, c, "AddNonvoter "+id, func(ld *node) error { return ld.el.AddNonvoter(ctx, id, id) })
 		if id == "w1" {
 			settled(t, c, roles, "w1")
 		}
 	}
 	settled(t, c, roles, "w1", "w2")
-	ld = leaderServing(t, c)
-	if err := ld.el.RemoveServer(ctx, "w1"); err != nil {
-		t.Fatalf("RemoveServer(w1): %v", err)
-	}
+	onServingLeader(t, c, "RemoveServer(w1)", func(ld *node) error { return ld.el.RemoveServer(ctx, "w1") })
 	settled(t, c, roles, "w2")
-	if err := ld.el.AddRoles(ctx, "extra"); err != nil {
-		t.Fatalf("AddRoles: %v", err)
-	}
+	onServingLeader(t, c, "AddRoles", func(ld *node) error { return ld.el.AddRoles(ctx, "extra") })
 	settled(t, c, append(slices.Clone(roles), "extra"), "w2")
-	if err := ld.el.RemoveRoles(ctx, "extra", roles[0]); err != nil {
-		t.Fatalf("RemoveRoles: %v", err)
-	}
+	onServingLeader(t, c, "RemoveRoles", func(ld *node) error { return ld.el.RemoveRoles(ctx, "extra", roles[0]) })
 	settled(t, c, roles[1:], "w2")
 	if _, ok := c.byID("w2").el.RoleOwners()[roles[0]]; ok {
 		t.Errorf("removed role %s still in w2's table", roles[0])
+	}
+}
+
+// errRetry makes onServingLeader try again.
+var errRetry = errors.New("retry")
+
+// onServingLeader runs op on the serving leader until it succeeds, again on the
+// next leader when a leader change (frequent with the tests' short
+// timeouts on a loaded machine) makes it fail with ErrNotLeader.
+func onServingLeader(t *testing.T, c *cluster, what string, op func(ld *node) error) *node {
+	t.Helper()
+	var ld *node
+	var last error
+	waitFor(t, what, func() bool {
+		ld = leaderServing(t, c)
+		last = op(ld)
+		if last != nil && !errors.Is(last, ErrNotLeader) && !errors.Is(last, ErrClosed) && !errors.Is(last, errRetry) {
+			t.Fatalf("%s on %s: %v", what, ld.id, last)
+		}
+		return last == nil
+	})
+	return ld
+}
+
+// dumpRoles logs every running node's role table, lease and leader state.
+func dumpRoles(tb testing.TB, c *cluster) {
+	for _, nd := range c.nodes {
+		if !nd.up {
+			continue
+		}
+		rs := nd.el.roles
+		tb.Logf("%s: held %v lease %v (now %v) grants %v", nd.id, nd.el.HeldRoles(), rs.leaseUntil.load(), rs.clk(), nd.el.RoleGrants())
+		rs.mu.Lock()
+		if rs.ls.term != 0 {
+			tb.Logf("%s leads term %d since %v, prefer %v", nd.id, rs.ls.term, rs.ls.tc, rs.ls.prefer)
+			for id, m := range rs.ls.members {
+				tb.Logf("  member %s: %+v", id, *m)
+			}
+		}
+		rs.mu.Unlock()
 	}
 }
