@@ -576,11 +576,15 @@ func TestRolesGrantsRiseAcrossRestarts(t *testing.T) {
 		}
 	}
 	settled(t, c, roles, all...)
-	for r, gs := range rc.grantsSeen() {
-		if len(gs) < 2 {
-			t.Errorf("role %s was held under only %v", r, gs)
+	waitFor(t, "the role checker to see every role held under two grants at least", func() bool {
+		seen := rc.grantsSeen()
+		for _, r := range roles {
+			if len(seen[r]) < 2 {
+				return false
+			}
 		}
-	}
+		return true
+	})
 }
 
 // TestRolesNoRenewalBeforeLossApplied: the leader refuses the renewal of a

@@ -155,7 +155,7 @@ func (rs *roles) assignOnce(ctx context.Context) time.Duration {
 			count[to]++
 		}
 	}
-	if len(p.set) == 0 && len(unowned) == 0 && known && len(live) > 1 {
+	if len(p.set) == 0 && len(unowned) == 0 && known && len(live) > 1 && !rs.noBalance.Load() {
 		rs.balanceLocked(table, names, live, count, &p)
 	}
 	for id := range p.from {

@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -32,6 +33,9 @@ type roles struct {
 	lease   time.Duration // L
 	margin  time.Duration // M = L/4
 	noRoles bool
+	// noBalance, set by measurements only, stops the balance rule, so a
+	// member can be given exactly k roles.
+	noBalance atomic.Bool
 
 	// Member side: this member's lease holds while clk() < leaseUntil.
 	leaseUntil atomicDur
