@@ -151,7 +151,7 @@ func (pc *perfCluster) allHeld(n int) bool {
 func measureFailover(t *testing.T, roles []string, k int, lease time.Duration) time.Duration {
 	pc := startPerfCluster(t, roles, lease)
 	defer pc.close()
-	waitForUpTo(t, time.Minute, "every role held", func() bool { return pc.allHeld(len(roles)) })
+	slowWait(t, "every role held", func() bool { return pc.allHeld(len(roles)) })
 	for _, el := range pc.els {
 		el.roles.noBalance.Store(true)
 	}
@@ -215,7 +215,7 @@ place:
 			dumpPerfLeader(t, pc)
 			t.Fatalf("the placement of %d roles on %s never held", k, victim.cfg.ID)
 		}
-		time.Sleep(time.Millisecond) // poll interval
+		time.Sleep(50 * time.Millisecond) // poll interval: HeldRoles copies the table
 	}
 	mine := victim.HeldRoles()
 	old := victim.RoleGrants()
@@ -249,7 +249,7 @@ func measureHandover(t *testing.T, roles []string, lease time.Duration, n int) {
 	pc := startPerfCluster(t, roles, lease)
 	defer pc.close()
 	ld := pc.leader(t)
-	waitForUpTo(t, time.Minute, "every role held", func() bool { return pc.allHeld(len(roles)) })
+	slowWait(t, "every role held", func() bool { return pc.allHeld(len(roles)) })
 	for _, el := range pc.els {
 		el.roles.noBalance.Store(true)
 	}
@@ -291,7 +291,7 @@ func measureIdle(t *testing.T, roles []string, lease time.Duration) {
 		pc := startPerfCluster(t, rs, lease)
 		defer pc.close()
 		pc.leader(t)
-		waitForUpTo(t, time.Minute, "every role held", func() bool { return pc.allHeld(len(rs)) })
+		slowWait(t, "every role held", func() bool { return pc.allHeld(len(rs)) })
 		time.Sleep(2 * lease) // settle: the measurement window starts in the steady state
 		runtime.GC()
 		var ms runtime.MemStats
@@ -340,5 +340,19 @@ func dumpPerfLeader(t *testing.T, pc *perfCluster) {
 			}
 		}
 		rs.mu.Unlock()
+	}
+}
+
+// slowWait polls cond every 50 ms for up to a minute: the conditions copy
+// the role table, and polling them every millisecond would load the
+// machine the cluster runs on.
+func slowWait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after a minute waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
 	}
 }
