@@ -212,7 +212,15 @@ func measureFailover(t *testing.T, roles []string, k int, lease time.Duration) t
 		if held {
 			break
 		}
-		t.Logf("placement did not hold (a lease lapsed under load?); again")
+		var counts []string
+		for _, el := range pc.els {
+			own := map[string]int{}
+			for _, g := range el.RoleGrants() {
+				own[g.Owner]++
+			}
+			counts = append(counts, fmt.Sprintf("%s holds %d (lease left %v, table %v)", el.cfg.ID, len(el.HeldRoles()), el.roles.leaseUntil.load()-el.roles.clk(), own))
+		}
+		t.Logf("placement of %d on %s did not hold: %v; again", k, victim.cfg.ID, counts)
 	}
 	mine := victim.HeldRoles()
 	old := victim.RoleGrants()

@@ -55,6 +55,9 @@ type plan struct {
 func (rs *roles) assignOnce(ctx context.Context) time.Duration {
 	e := rs.e
 	idle := max(rs.lease, MinTimeout)
+	if _, ok := e.held(); !ok {
+		return idle // only a leader assigns; spare followers the table copy
+	}
 	servers, err := e.configuration()
 	if err != nil {
 		return idle
