@@ -320,24 +320,19 @@ func TestRolesAssignedBalanced(t *testing.T) {
 
 // victimWithRoles returns a running node that holds at least one role and
 // is (leader true) or is not (false) the raft leader.
-func victimWithRoles(t *testing.T, c *cluster, owners map[string]string, leader bool) *node {
+func victimWithRoles(t *testing.T, c *cluster, _ map[string]string, leader bool) *node {
 	t.Helper()
-	for _, nd := range c.nodes {
-		if !nd.up {
-			continue
-		}
-		isLeader := nd.el.Raft().State().String() == "Leader"
-		if isLeader != leader {
-			continue
-		}
-		for _, o := range owners {
-			if o == nd.id {
-				return nd
+	var v *node
+	waitFor(t, fmt.Sprintf("a node (leader %v) that holds a role", leader), func() bool {
+		for _, nd := range c.nodes {
+			if nd.up && (nd.el.Raft().State().String() == "Leader") == leader && len(nd.el.HeldRoles()) > 0 {
+				v = nd
+				return true
 			}
 		}
-	}
-	t.Fatalf("no node (leader %v) holds a role: %v", leader, owners)
-	return nil
+		return false
+	})
+	return v
 }
 
 func without(all []string, id string) []string {
@@ -567,13 +562,14 @@ func TestRolesGrantsRiseAcrossRestarts(t *testing.T) {
 		settled(t, c, roles, all...)
 	}
 	// Force moves: every role changes owner at least once more.
-	ld := leaderServing(t, c)
 	for _, r := range roles {
-		g := ld.el.RoleGrants()[r]
-		to := all[(slices.Index(all, g.Owner)+1)%len(all)]
-		if err := ld.el.MoveRole(context.Background(), r, to); err != nil {
-			t.Fatalf("MoveRole(%s, %s): %v", r, to, err)
-		}
+		onServingLeader(t, c, "MoveRole "+r, func(ld *node) error {
+			g := ld.el.RoleGrants()[r]
+			if g.Owner == "" {
+				return nil // already moving
+			}
+			return ld.el.MoveRole(context.Background(), r, all[(slices.Index(all, g.Owner)+1)%len(all)])
+		})
 	}
 	settled(t, c, roles, all...)
 	waitFor(t, "the role checker to see every role held under two grants at least", func() bool {
