@@ -144,6 +144,16 @@ func (rs *roles) assignOnce(ctx context.Context) time.Duration {
 			due(o)
 		}
 	}
+	if !known && now <= rs.ls.tc+bound {
+		// Until every member has renewed with this leader (or its first
+		// lease bound passed), hand out nothing new: a leader that just
+		// started would give every role to the first member it heard
+		// from and then move most of them again to balance.
+		if d := rs.ls.tc + bound - now + time.Millisecond; d < next {
+			next = max(d, MinTimeout)
+		}
+		unowned = nil
+	}
 	for _, r := range unowned {
 		g := table[r]
 		if prev := g.Prev; prev != "" && !expired(prev) {
