@@ -162,14 +162,23 @@ func measureFailover(t *testing.T, roles []string, k int, lease time.Duration) t
 			t.Fatalf("the placement of %d roles never held", k)
 		}
 		ld := pc.leader(t)
-		victim = nil
+		if victim == nil {
+			for _, el := range pc.els {
+				if el != ld {
+					victim = el
+					break
+				}
+			}
+		}
+		if ld == victim { // the victim is a follower: one kill, no election
+			_ = victim.Resign(context.Background())
+			continue
+		}
 		var others []string
 		for _, el := range pc.els {
-			if el != ld && victim == nil {
-				victim = el
-				continue
+			if el != victim {
+				others = append(others, el.cfg.ID)
 			}
-			others = append(others, el.cfg.ID)
 		}
 		// Place k roles on the victim, the rest on the others. Setup only:
 		// the old owners are not blocked from renewal while the big entries

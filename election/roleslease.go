@@ -169,6 +169,11 @@ func (rs *roles) renewLoop() {
 // lease if the leader granted it.
 func (rs *roles) renewOnce() {
 	e := rs.e
+	if rs.t.empty() {
+		// No roles: a group that uses none pays nothing (no renewals, no
+		// VerifyLeader rounds). The first role entry applied pokes the loop.
+		return
+	}
 	addr, id := e.raft.LeaderWithID()
 	if id == "" {
 		return

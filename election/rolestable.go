@@ -99,6 +99,12 @@ func (t *roleTable) get(role string) (RoleGrant, bool) {
 	return g, ok
 }
 
+func (t *roleTable) empty() bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.st.Roles) == 0
+}
+
 func (t *roleTable) applied() uint64 {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
