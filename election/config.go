@@ -113,6 +113,30 @@ type Config struct {
 	// confirmed or withdrawn, a member added or removed, a handover on
 	// Close) and a clean Close logs no ERROR line. Nil means slog.Default().
 	Logger *slog.Logger
+
+	// Roles names roles this group assigns to its members, one owner each,
+	// each with its own fencing epoch (RoleEpoch; docs/DESIGN.md, "Roles").
+	// A leader adds the names the group's role table lacks when it is
+	// elected; it never removes one (RemoveRoles does). Each name has the
+	// charset of ID, and "<Cluster>.<role>" must be a valid epoch cluster
+	// name (at most 64 bytes).
+	Roles []string
+
+	// RoleLease is how long a member holds its roles after it sent a
+	// renewal its leader granted (R3); it renews every RoleLease/4. A
+	// leader moves the roles of a member it has not renewed for RoleLease
+	// plus a quarter (RoleLease*5/4), so a dead member's roles move after
+	// about that long. Zero means 2 x HeartbeatTimeout. At least
+	// MinTimeout.
+	RoleLease time.Duration
+
+	// NoRoles makes this member take part in the group without ever being
+	// given a role: voters that stay light while non-voters do the work.
+	NoRoles bool
+
+	// roleClock, set by tests only, replaces the monotonic clock the role
+	// lease is counted on (a clock that lies).
+	roleClock func() time.Duration
 }
 
 // Validate reports whether c can be given to New. Errors wrap
@@ -157,6 +181,22 @@ func (c Config) Validate() error {
 	}
 	if d.HeartbeatTimeout > d.ElectionTimeout {
 		return bad("HeartbeatTimeout %v is above ElectionTimeout %v", d.HeartbeatTimeout, d.ElectionTimeout)
+	}
+	if c.RoleLease < 0 || (c.RoleLease > 0 && c.RoleLease < MinTimeout) {
+		return bad("RoleLease %v is negative or below %v", c.RoleLease, MinTimeout)
+	}
+	seen := make(map[string]bool, len(c.Roles))
+	for i, r := range c.Roles {
+		if err := epoch.ValidateName(r); err != nil {
+			return bad("Roles[%d]: %v", i, err)
+		}
+		if err := epoch.ValidateName(c.Cluster + "." + r); err != nil {
+			return bad("Roles[%d]: the role's epoch cluster %q: %v", i, c.Cluster+"."+r, err)
+		}
+		if seen[r] {
+			return bad("Roles lists %s twice", r)
+		}
+		seen[r] = true
 	}
 	if len(c.Bootstrap) > 0 {
 		ids := make(map[string]bool, len(c.Bootstrap))
@@ -203,6 +243,10 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.RoleLease == 0 {
+		c.RoleLease = roleLeaseDefault(c.HeartbeatTimeout)
+	}
+	c.Roles = append([]string(nil), c.Roles...)
 	c.Bootstrap = append([]Server(nil), c.Bootstrap...)
 	return c
 }

@@ -53,6 +53,8 @@ type Election struct {
 	hub  hub
 	meta *metaStore // member metadata, replicated through the log (meta.go)
 
+	roles *roles // named roles (roles.go)
+
 	memberMu sync.Mutex // one membership check-and-change at a time (members.go)
 
 	clock leaderClock   // since when no leader / no confirmed epoch (health.go)
@@ -87,11 +89,13 @@ func New(cfg Config) (*Election, error) {
 	e.meta = newMetaStore()
 	e.meta.onChange = func() { pokeWatch(e.watchCh) }
 	rc := c
-	rc.FSM = wrapFSM(c.FSM, e.meta)
+	e.roles = newRoles(e, c)
+	rc.FSM = wrapFSM(c.FSM, e.meta, e.roles.t)
 	n, err := openNode(rc, e.notifyCh) // raftnode.go
 	if err != nil {
 		return nil, err
 	}
+	n.intercept = e.roles.intercept
 	e.raftNode = n
 	e.start()
 	return e, nil
@@ -125,6 +129,7 @@ func (e *Election) start() {
 	e.startMembership()
 	e.startPeerLog()
 	e.waker = newWaker(e.raft, e.cfg, e.localAddr, e.inbox)
+	e.roles.start() // roleslease.go
 	poke(e.workCh)
 	pokeWatch(e.watchCh)
 }

@@ -71,6 +71,9 @@ type cluster struct {
 	// unless newClusterTimed set others).
 	ht, et, llt time.Duration
 	withMeta    bool // every node advertises metaOf(id)
+	// configure, if set, adjusts each node's Config before it starts
+	// (roles_test.go).
+	configure func(nd *node, cfg *Config)
 
 	// trip: see tripAbove.
 	tripTerm atomic.Uint64 // 0: disarmed
@@ -194,6 +197,9 @@ func (c *cluster) start(nd *node) {
 	nd.net = transport.NewFaulty(nd.mem)
 	cfg := c.config(nd)
 	cfg.Transport = tripwire{Faulty: nd.net, c: c, id: nd.id}
+	if c.configure != nil {
+		c.configure(nd, &cfg)
+	}
 	el, err := New(cfg)
 	if err != nil {
 		_ = nd.net.Close()

@@ -33,6 +33,11 @@ const metaExtension = "termfence/meta/1"
 // application's alone.
 const snapshotMagic = "TFMETA1\n"
 
+// snapshotMagicRoles starts a snapshot that carries the role table
+// (rolestable.go) too: the metadata as after snapshotMagic, then a uvarint
+// length and the role table's JSON, then the application's snapshot.
+const snapshotMagicRoles = "TFMETA2\n"
+
 // maxMetaSnapshot bounds the metadata header read from a snapshot.
 const maxMetaSnapshot = 64 << 20
 
@@ -100,8 +105,9 @@ func (s *metaStore) applyMeta(l *raft.Log) any {
 // metaFSM is the FSM raft runs: the application's (Config.FSM) with the
 // metadata entries taken out, and the metadata in front of its snapshots.
 type metaFSM struct {
-	user raft.FSM
-	meta *metaStore
+	user  raft.FSM
+	meta  *metaStore
+	roles *roleTable
 }
 
 // batchMetaFSM is metaFSM for an application FSM that applies in batches.
@@ -114,8 +120,8 @@ var (
 )
 
 // wrapFSM returns the FSM raft is given for the application's FSM user.
-func wrapFSM(user raft.FSM, meta *metaStore) raft.FSM {
-	f := metaFSM{user: user, meta: meta}
+func wrapFSM(user raft.FSM, meta *metaStore, roles *roleTable) raft.FSM {
+	f := metaFSM{user: user, meta: meta, roles: roles}
 	if _, ok := user.(raft.BatchingFSM); ok {
 		return batchMetaFSM{f}
 	}
@@ -126,6 +132,9 @@ func wrapFSM(user raft.FSM, meta *metaStore) raft.FSM {
 func (f metaFSM) Apply(l *raft.Log) any {
 	if isMeta(l) {
 		return f.meta.applyMeta(l)
+	}
+	if isRoles(l) {
+		return f.roles.applyRoles(l)
 	}
 	return f.user.Apply(l)
 }
@@ -139,6 +148,10 @@ func (f batchMetaFSM) ApplyBatch(logs []*raft.Log) []any {
 	for i, l := range logs {
 		if isMeta(l) {
 			out[i] = f.meta.applyMeta(l)
+			continue
+		}
+		if isRoles(l) {
+			out[i] = f.roles.applyRoles(l)
 			continue
 		}
 		pass = append(pass, l)
@@ -161,7 +174,7 @@ func (f metaFSM) Snapshot() (raft.FSMSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return metaSnapshot{user: us, meta: f.meta.clone()}, nil
+	return metaSnapshot{user: us, meta: f.meta.clone(), roles: f.roles.snapshot()}, nil
 }
 
 // Restore implements raft.FSM: the metadata header, if any, then the
@@ -169,25 +182,42 @@ func (f metaFSM) Snapshot() (raft.FSMSnapshot, error) {
 func (f metaFSM) Restore(rc io.ReadCloser) error {
 	br := bufio.NewReader(rc)
 	m := make(map[string]string)
-	if head, err := br.Peek(len(snapshotMagic)); err == nil && string(head) == snapshotMagic {
+	var rs roleState
+	head, err := br.Peek(len(snapshotMagic))
+	magic := string(head) // copied: Peek's slice is only valid until the next read
+	if err == nil && (magic == snapshotMagic || magic == snapshotMagicRoles) {
 		_, _ = br.Discard(len(snapshotMagic))
-		n, err := binary.ReadUvarint(br)
-		if err != nil || n > maxMetaSnapshot {
+		if err := readSnapshotJSON(br, "metadata", &m); err != nil {
 			_ = rc.Close()
-			return fmt.Errorf("election: snapshot: bad metadata header (length %d): %v", n, err)
+			return err
 		}
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(br, buf); err != nil {
-			_ = rc.Close()
-			return fmt.Errorf("election: snapshot: reading metadata: %w", err)
-		}
-		if err := json.Unmarshal(buf, &m); err != nil {
-			_ = rc.Close()
-			return fmt.Errorf("election: snapshot: decoding metadata: %w", err)
+		if magic == snapshotMagicRoles {
+			if err := readSnapshotJSON(br, "role table", &rs); err != nil {
+				_ = rc.Close()
+				return err
+			}
 		}
 	}
 	f.meta.replace(m)
+	f.roles.restore(rs)
 	return f.user.Restore(readCloser{Reader: br, Closer: rc})
+}
+
+// readSnapshotJSON reads one uvarint-length-prefixed JSON value of a
+// snapshot header into v.
+func readSnapshotJSON(br *bufio.Reader, what string, v any) error {
+	n, err := binary.ReadUvarint(br)
+	if err != nil || n > maxMetaSnapshot {
+		return fmt.Errorf("election: snapshot: bad %s header (length %d): %v", what, n, err)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(br, buf); err != nil {
+		return fmt.Errorf("election: snapshot: reading %s: %w", what, err)
+	}
+	if err := json.Unmarshal(buf, v); err != nil {
+		return fmt.Errorf("election: snapshot: decoding %s: %w", what, err)
+	}
+	return nil
 }
 
 type readCloser struct {
@@ -198,18 +228,25 @@ type readCloser struct {
 // metaSnapshot writes the metadata header, then the application's
 // snapshot (whose Persist closes the sink).
 type metaSnapshot struct {
-	user raft.FSMSnapshot
-	meta map[string]string
+	user  raft.FSMSnapshot
+	meta  map[string]string
+	roles roleState
 }
 
 // Persist implements raft.FSMSnapshot.
 func (s metaSnapshot) Persist(sink raft.SnapshotSink) error {
 	b, err := json.Marshal(s.meta)
+	var rb []byte
+	if err == nil {
+		rb, err = json.Marshal(s.roles)
+	}
 	if err == nil {
 		var hdr bytes.Buffer
-		hdr.WriteString(snapshotMagic)
+		hdr.WriteString(snapshotMagicRoles)
 		hdr.Write(binary.AppendUvarint(nil, uint64(len(b))))
 		hdr.Write(b)
+		hdr.Write(binary.AppendUvarint(nil, uint64(len(rb))))
+		hdr.Write(rb)
 		_, err = sink.Write(hdr.Bytes())
 	}
 	if err != nil {

@@ -125,7 +125,7 @@ func (*bufSink) Close() error  { return nil }
 func TestMetaFSM(t *testing.T) {
 	app := &recordingFSM{state: []byte("app-state")}
 	meta := newMetaStore()
-	f := wrapFSM(app, meta)
+	f := wrapFSM(app, meta, newRoleTable())
 	f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte(`{"id":"n1","meta":"http://a"}`), Extensions: []byte(metaExtension)})
 	f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: []byte("user")})
 	if res := f.Apply(&raft.Log{Index: 3, Type: raft.LogCommand, Data: []byte("{"), Extensions: []byte(metaExtension)}); res == nil {
@@ -143,7 +143,7 @@ func TestMetaFSM(t *testing.T) {
 		t.Fatal(err)
 	}
 	app2, meta2 := &recordingFSM{}, newMetaStore()
-	if err := wrapFSM(app2, meta2).Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+	if err := wrapFSM(app2, meta2, newRoleTable()).Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
 	if string(app2.state) != "app-state" || meta2.get("n1") != "http://a" {
@@ -151,14 +151,14 @@ func TestMetaFSM(t *testing.T) {
 	}
 	app3, meta3 := &recordingFSM{}, newMetaStore()
 	meta3.set("stale", "x")
-	if err := wrapFSM(app3, meta3).Restore(io.NopCloser(bytes.NewReader([]byte("old-format")))); err != nil {
+	if err := wrapFSM(app3, meta3, newRoleTable()).Restore(io.NopCloser(bytes.NewReader([]byte("old-format")))); err != nil {
 		t.Fatal(err)
 	}
 	if string(app3.state) != "old-format" || len(meta3.clone()) != 0 {
 		t.Fatalf("old snapshot: application state %q, metadata %v", app3.state, meta3.clone())
 	}
 	bad := append([]byte(snapshotMagic), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)
-	if err := wrapFSM(&recordingFSM{}, newMetaStore()).Restore(io.NopCloser(bytes.NewReader(bad))); err == nil {
+	if err := wrapFSM(&recordingFSM{}, newMetaStore(), newRoleTable()).Restore(io.NopCloser(bytes.NewReader(bad))); err == nil {
 		t.Fatal("a snapshot with a huge metadata length was restored")
 	}
 }

@@ -46,6 +46,10 @@ type raftNode struct {
 	admit *admission // admission.go
 	term  *termSource
 	rlog  hclog.Logger // raft's logger (internal/raftlog), told when a peer is back (peerlog.go)
+
+	// intercept, if set, takes an RPC out of the stream before admission
+	// and raft (role renewals: roleslease.go); it reports whether it did.
+	intercept func(raft.RPC) bool
 }
 
 // openNode opens (or creates) the node's stores, bootstraps a new cluster
@@ -335,6 +339,9 @@ func (n *raftNode) forward(in <-chan raft.RPC, stop <-chan struct{}) {
 	for {
 		select {
 		case rpc := <-in:
+			if n.intercept != nil && n.intercept(rpc) {
+				continue
+			}
 			if !n.admit.admit(rpc) {
 				continue
 			}

@@ -36,6 +36,14 @@ type GuardConfig struct {
 	// epochs) are the fence's to report. Package storageguard/fencemetrics
 	// counts them with it. Nil: nothing is called.
 	OnRefuse func(resource string, err error)
+	// ClusterFor, if set, names the cluster whose tokens a resource takes,
+	// in place of Cluster: a store that serves many roles of one election
+	// group (each role's epochs carry "<cluster>.<role>") maps each
+	// resource to its role's cluster, so a role's token on another role's
+	// resource is refused as foreign (see RoleClusters). An empty result
+	// means Cluster. It is called on every request from the calling
+	// goroutine, and must be fast and must not block.
+	ClusterFor func(resource string) string
 }
 
 // Validate reports whether c is usable: Cluster, if set, must be a valid
@@ -59,13 +67,15 @@ type Guard struct {
 	verifier epoch.Verifier
 	err      error // non-nil: every call fails with it
 	onRefuse func(resource string, err error)
+	// clusterFor: GuardConfig.ClusterFor (guard_roles.go).
+	clusterFor func(resource string) string
 }
 
 // NewGuard returns a Guard in front of f. It never panics: a nil f (or a nil
 // pointer in a Fence interface) makes every call fail with ErrNoFence, and an
 // invalid cfg makes every call fail with its Validate error. cfg is copied.
 func NewGuard(f Fence, cfg GuardConfig) *Guard {
-	g := &Guard{fence: f, cluster: cfg.Cluster, verifier: cfg.Verifier, onRefuse: cfg.OnRefuse}
+	g := &Guard{fence: f, cluster: cfg.Cluster, verifier: cfg.Verifier, onRefuse: cfg.OnRefuse, clusterFor: cfg.ClusterFor}
 	if err := cfg.Validate(); err != nil {
 		g.err = err
 	}
@@ -161,8 +171,8 @@ func (g *Guard) verify(resource, token string) (epoch.Epoch, error) {
 		// A custom Verifier returned an invalid epoch without an error.
 		return epoch.Epoch{}, fmt.Errorf("storageguard: token: %w", err)
 	}
-	if g.cluster != "" && ep.Cluster != g.cluster {
-		return epoch.Epoch{}, &ForeignError{Resource: resource, Presented: ep, Cluster: g.cluster}
+	if want := g.clusterOf(resource); want != "" && ep.Cluster != want {
+		return epoch.Epoch{}, &ForeignError{Resource: resource, Presented: ep, Cluster: want}
 	}
 	return ep, nil
 }

@@ -38,6 +38,10 @@ type env struct {
 	nodes  []*demoNode
 	addrs  []string // the nodes' Raft addresses, kept across restarts
 	stores []*storeHandle
+
+	// nodeArgs are extra flags startNodeProcs gives every node process
+	// (scenario_roles.go).
+	nodeArgs []string
 }
 
 // demoNode is one of the in-process Raft nodes.

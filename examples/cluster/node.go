@@ -40,6 +40,7 @@ type nodeConfig struct {
 	FaultEndpoint   bool
 	AddrFile        string
 	RaftLogLevel    string
+	roles           nodeRoles   // -roles, -role-write-every (node_roles.go)
 	tlsConf         *tls.Config // from the TLS flags; nil: plain
 	codec           epoch.Codec
 }
@@ -70,6 +71,7 @@ func nodeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.AddrFile, "addr-file", "", `write "raft=ADDR http=ADDR" to this file once listening`)
 	fs.StringVar(&cfg.RaftLogLevel, "raft-log-level", "warn", "log level of the election and hashicorp/raft: trace, debug, info, warn, error, off")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	cfg.roles.flags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: cluster node -id ID -raft ADDR -data DIR (-bootstrap id=addr,... | -join http://ADDR) [flags]\n\nOne Raft node of the election group.\n\n")
 		fs.PrintDefaults()
@@ -226,6 +228,7 @@ func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error
 		// (Status().LeaderMeta, NotLeaderError.LeaderMeta).
 		Meta:   n.httpAddr,
 		Logger: hlog,
+		Roles:  cfg.roles.names,
 	})
 	if err != nil {
 		_ = n.faulty.Close()
@@ -254,6 +257,7 @@ func (n *node) run(ctx context.Context) error {
 		n.wg.Add(1)
 		go n.writeLoop(wctx)
 	}
+	n.startRoleWriters(wctx) // node_roles.go
 	if n.cfg.Join != "" {
 		n.wg.Add(1)
 		go n.joinLoop(wctx)

@@ -56,6 +56,10 @@ type nodeStatus struct {
 	HTTP       string   `json:"http"`
 	Voters     []string `json:"voters"` // this node's latest Raft configuration
 	PID        int      `json:"pid"`    // this node's process, for kill -STOP in the README
+	// Roles is role -> owner as this node applied the role table; Held is
+	// role -> role epoch for the roles this node holds now.
+	Roles map[string]string `json:"roles,omitempty"`
+	Held  map[string]string `json:"held,omitempty"`
 }
 
 func (n *node) handleStatus(w http.ResponseWriter, r *http.Request) {
@@ -85,6 +89,7 @@ func (n *node) status() nodeStatus {
 	if ep, err := n.el.Epoch(); err == nil {
 		out.Epoch = ep.String()
 	}
+	out.Roles, out.Held = n.roleStatus() // node_roles.go
 	return out
 }
 

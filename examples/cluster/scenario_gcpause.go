@@ -199,6 +199,7 @@ func (e *env) startNodeProcs(ctx context.Context, storeURL string, lab *labHosts
 			"-data", filepath.Join(e.dir, id), "-bootstrap", strings.Join(boot, ","),
 			"-store", storeURL, "-token-key", filepath.Join(e.dir, "token.key"),
 			"-heartbeat", e.opts.hb.String(), "-write-every", gcWriteEvery.String(), "-addr-file", af}
+		args = append(args, e.nodeArgs...)
 		cmd := exec.Command(exe, args...)
 		if lab != nil {
 			// ip netns exec becomes the node: signals reach it.

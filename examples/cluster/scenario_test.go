@@ -323,7 +323,7 @@ func TestScenarioList(t *testing.T) {
 	if len(lines) != len(scenarios) {
 		t.Errorf("-scenario list printed %d lines for %d scenarios:\n%s", len(lines), len(scenarios), strings.Join(lines, "\n"))
 	}
-	for _, want := range []string{"paused", "short-pause", "audit-log", "restart", "two-resources", "half-done", "stale-read", "efficiency", "gc-pause", "lab", "every-write-path"} {
+	for _, want := range []string{"paused", "short-pause", "audit-log", "restart", "two-resources", "half-done", "stale-read", "efficiency", "gc-pause", "lab", "roles", "every-write-path"} {
 		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, want+" ") }) {
 			t.Errorf("-scenario list lacks %s:\n%s", want, strings.Join(lines, "\n"))
 		}

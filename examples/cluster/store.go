@@ -174,7 +174,8 @@ func openStore(ctx context.Context, cfg storeConfig) (*recordStore, error) {
 	// Without a key loadCodec returned epoch.Plain() (and warned): an
 	// explicit choice. A nil Verifier would make the Guard refuse every
 	// token.
-	s.guard = storageguard.NewGuard(f, storageguard.GuardConfig{Cluster: cfg.Cluster, Verifier: cfg.Verifier, OnRefuse: m.Refused})
+	s.guard = storageguard.NewGuard(f, storageguard.GuardConfig{Cluster: cfg.Cluster, Verifier: cfg.Verifier, OnRefuse: m.Refused,
+		ClusterFor: roleResourceCluster(cfg.Cluster)}) // store_roles.go
 	if cfg.Unfenced {
 		cfg.Log.Warn("store: -unfenced: writes are NOT checked against the highest epoch (control experiment only)")
 		s.write = http.HandlerFunc(s.unfencedWrite)
@@ -256,7 +257,7 @@ func (s *recordStore) count(req writeRequest, rec *capture) (ev writeEvent, ok b
 		s.accepted++
 		var rep writeReply
 		if json.Unmarshal(rec.body.Bytes(), &rep) == nil {
-			ep := epoch.Epoch{Cluster: s.cfg.Cluster, Term: rep.Term, Leader: rep.Leader}
+			ep := epoch.Epoch{Cluster: clusterOfResource(s.cfg.Cluster, req.Resource), Term: rep.Term, Leader: rep.Leader}
 			ev.Epoch = ep.String()
 			s.acceptedBy[ev.Epoch]++
 			if n := s.newest[req.Resource]; ep.Term < n.Term {

@@ -33,6 +33,9 @@ type Config struct {
 	Resource string
 	// Cluster is the election group whose tokens the table accepts (an
 	// epoch name); a token of another cluster is refused (CodeForeign).
+	// For a table that belongs to one role of a group (election roles),
+	// give the role's cluster, "<group>.<role>": the table then takes only
+	// that role's tokens, and the keys are installed under that name.
 	Cluster string
 	// HMACKey is Cluster's HMAC-SHA256 key without a key ID, the one its
 	// leaders sign "tf1:hs256:..." tokens with (epoch.NewHMAC): at least

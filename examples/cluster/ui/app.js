@@ -51,6 +51,8 @@ function render(c) {
     body.append(tr);
   }
 
+  renderRoles(c);
+
   document.getElementById("store-url").textContent = c.store_url || "(no -store)";
   const err = document.getElementById("store-error");
   err.hidden = !c.store_error;
@@ -74,6 +76,30 @@ function render(c) {
     }
   }
   document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+}
+
+// renderRoles lists every role of the group (election roles): the owner
+// this node's role table names, and the node that reports holding it now
+// with its role epoch. A role whose owner is paused shows no holder.
+function renderRoles(c) {
+  const owners = {};
+  const holders = {};
+  for (const m of c.members) {
+    const st = m.status;
+    if (!st) continue;
+    if (m.id === c.self && st.roles) Object.assign(owners, st.roles);
+    for (const [r, ep] of Object.entries(st.held || {})) holders[r] = m.id + " (" + ep + ")";
+  }
+  const names = Object.keys(owners).sort();
+  document.getElementById("roles-box").hidden = names.length === 0;
+  const body = document.querySelector("#roles tbody");
+  body.replaceChildren();
+  for (const r of names) {
+    const tr = el("tr");
+    tr.dataset.role = r;
+    tr.append(el("td", r), el("td", owners[r] || "unassigned"), el("td", holders[r] || "—"));
+    body.append(tr);
+  }
 }
 
 async function poll() {

@@ -1,0 +1,499 @@
+package election
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Role leases (docs/DESIGN.md, "Leases and the renewal channel").
+//
+// Each member runs one renewal loop, whatever the number of roles: every
+// RoleLease/4, and at once when it applies an entry that takes a role from
+// it, it sends its leader a renewal — a RequestPreVote with term 0, which
+// raft never sends — carrying its applied role index and its flags. The
+// leader's forward loop hands such a request to the renewal service
+// instead of to admission and raft. The service answers a batch of
+// renewals only after a VerifyLeader round begun after they all arrived;
+// the member counts its lease from its own send time of a renewal the
+// leader granted.
+
+// renewFlagNoRoles marks a renewal from a member whose Config.NoRoles is
+// set.
+const renewFlagNoRoles = 1
+
+// roles is one Election's role machinery.
+type roles struct {
+	e       *Election
+	t       *roleTable
+	clk     func() time.Duration
+	lease   time.Duration // L
+	margin  time.Duration // M = L/4
+	noRoles bool
+	// noBalance, set by measurements only, stops the balance rule, so a
+	// member can be given exactly k roles.
+	noBalance atomic.Bool
+
+	// Member side: this member's lease holds while clk() < leaseUntil.
+	leaseUntil atomicDur
+	renewCh    chan struct{} // poke: renew now
+
+	// Leader side.
+	mu       sync.Mutex
+	ls       leaderState
+	pending  []renewal
+	serveCh  chan struct{} // poke: a renewal is pending
+	assignCh chan struct{} // poke: run the assigner
+}
+
+// leaderState is what a leader knows about the members in one term: not
+// replicated, rebuilt by each new leader.
+type leaderState struct {
+	term    uint64        // the confirmed term it belongs to; 0: not serving
+	tc      time.Duration // when this leader became ready (its election, on its clock)
+	members map[string]*memberView
+	prefer  map[string]string // role -> handover target (MoveRole, balance)
+}
+
+// memberView is a leader's record of one member.
+type memberView struct {
+	lastRenew time.Duration // receipt time of the latest renewal granted
+	renewed   bool          // a renewal was granted in this term
+	noRoles   bool
+	applied   uint64 // the highest applied role index it reported
+	blocked   int    // entries being appended that take a role from it
+	mustApply uint64 // the latest such entry's index
+}
+
+// renewal is one pending renewal request.
+type renewal struct {
+	id, addr string
+	applied  uint64
+	flags    uint64
+	recv     time.Duration
+	answer   func(granted bool, term uint64)
+}
+
+func newRoles(e *Election, c Config) *roles {
+	clk := c.roleClock
+	if clk == nil {
+		clk = monoClock()
+	}
+	return &roles{
+		e:        e,
+		t:        newRoleTable(),
+		clk:      clk,
+		lease:    c.RoleLease,
+		margin:   c.RoleLease / 4,
+		noRoles:  c.NoRoles,
+		renewCh:  make(chan struct{}, 1),
+		serveCh:  make(chan struct{}, 1),
+		assignCh: make(chan struct{}, 1),
+	}
+}
+
+// leaseHolds reports whether this member's role lease holds now (R3).
+func (rs *roles) leaseHolds() bool {
+	return rs.clk() < rs.leaseUntil.load()
+}
+
+// start runs the member's renewal loop and the leader's service, leader
+// watch and assigner: four goroutines per Election, none per role.
+func (rs *roles) start() {
+	e := rs.e
+	rs.t.onApply = rs.applied
+	e.wg.Add(4)
+	go rs.renewLoop()
+	go rs.serveLoop()
+	go rs.leaderLoop()
+	go rs.assignLoop()
+}
+
+// applied runs after every role entry this node applies.
+func (rs *roles) applied(index uint64, ent *roleEntry) {
+	if rs.t.taken(rs.e.cfg.ID) == index && index != 0 {
+		poke(rs.renewCh) // report at once that the loss is applied (handover)
+	}
+	if ent != nil {
+		for _, o := range ent.Set {
+			if o == rs.e.cfg.ID && !rs.leaseHolds() {
+				poke(rs.renewCh)
+				break
+			}
+		}
+	}
+	poke(rs.assignCh)
+}
+
+// renewLoop renews this member's lease every lease/4 and on every poke,
+// and wakes the role table's waiters when the lease lapses.
+func (rs *roles) renewLoop() {
+	e := rs.e
+	defer e.wg.Done()
+	interval := max(rs.lease/4, MinTimeout)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	held := false
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-timer.C:
+		case <-rs.renewCh:
+		}
+		rs.renewOnce()
+		now := rs.clk()
+		next := interval
+		until := rs.leaseUntil.load()
+		if h := now < until; h != held {
+			held = h
+			rs.t.broadcast() // the lease started or lapsed: LeadRole, ObserveRoles
+		}
+		if held && until-now < next {
+			next = until - now + time.Millisecond
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+	}
+}
+
+// renewOnce sends one renewal to the leader this node knows and extends the
+// lease if the leader granted it.
+func (rs *roles) renewOnce() {
+	e := rs.e
+	if rs.t.empty() {
+		// No roles: a group that uses none pays nothing (no renewals, no
+		// VerifyLeader rounds). The first role entry applied pokes the loop.
+		return
+	}
+	addr, id := e.raft.LeaderWithID()
+	if id == "" {
+		return
+	}
+	var flags uint64
+	if rs.noRoles {
+		flags |= renewFlagNoRoles
+	}
+	applied := rs.t.applied()
+	s := rs.clk() // the send time: the lease counts from here
+	var granted bool
+	if string(id) == e.cfg.ID {
+		done := make(chan bool, 1)
+		rs.enqueue(renewal{id: e.cfg.ID, addr: e.localAddr, applied: applied, flags: flags, recv: s,
+			answer: func(g bool, _ uint64) { done <- g }})
+		select {
+		case granted = <-done:
+		case <-e.stop:
+			return
+		}
+	} else {
+		req := &raft.RequestPreVoteRequest{
+			RPCHeader:    raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(e.cfg.ID), Addr: []byte(e.localAddr)},
+			Term:         0, // marks a renewal: raft never asks for term 0
+			LastLogIndex: applied,
+			LastLogTerm:  flags,
+		}
+		var resp raft.RequestPreVoteResponse
+		if err := e.cfg.Transport.RequestPreVote(id, addr, req, &resp); err != nil {
+			e.log.Debug("roles: renewal failed", "leader", id, "error", err)
+			return
+		}
+		granted = resp.Granted
+	}
+	if !granted {
+		return
+	}
+	if until := s + rs.lease; until > rs.leaseUntil.load() {
+		rs.leaseUntil.store(until)
+	}
+}
+
+// intercept takes a renewal out of the RPC stream before admission and
+// raft; it reports whether rpc was one.
+func (rs *roles) intercept(rpc raft.RPC) bool {
+	req, ok := rpc.Command.(*raft.RequestPreVoteRequest)
+	if !ok || req.Term != 0 {
+		return false
+	}
+	rs.enqueue(renewal{
+		id: string(req.ID), addr: string(req.Addr), applied: req.LastLogIndex, flags: req.LastLogTerm, recv: rs.clk(),
+		answer: func(g bool, term uint64) {
+			rpc.Respond(&raft.RequestPreVoteResponse{
+				RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(rs.e.cfg.ID), Addr: []byte(rs.e.localAddr)},
+				Term:      term, Granted: g,
+			}, nil)
+		},
+	})
+	return true
+}
+
+func (rs *roles) enqueue(r renewal) {
+	rs.mu.Lock()
+	rs.pending = append(rs.pending, r)
+	rs.mu.Unlock()
+	poke(rs.serveCh)
+}
+
+// serveLoop answers renewals in batches: each batch after one VerifyLeader
+// round begun after every renewal in it arrived.
+func (rs *roles) serveLoop() {
+	e := rs.e
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.stop:
+			rs.answerAll(rs.take(), false)
+			return
+		case <-rs.serveCh:
+		}
+		batch := rs.take()
+		if len(batch) == 0 {
+			continue
+		}
+		rs.mu.Lock()
+		term := rs.ls.term
+		rs.mu.Unlock()
+		if t, ok := e.held(); term == 0 || !ok || t != term {
+			rs.answerAll(batch, false)
+			continue
+		}
+		if err := e.wait(context.Background(), e.raft.VerifyLeader()); err != nil {
+			rs.answerAll(batch, false)
+			continue
+		}
+		rs.decide(batch, term)
+	}
+}
+
+func (rs *roles) take() []renewal {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	b := rs.pending
+	rs.pending = nil
+	return b
+}
+
+func (rs *roles) answerAll(b []renewal, granted bool) {
+	t := rs.e.raft.CurrentTerm()
+	for _, r := range b {
+		r.answer(granted, t)
+	}
+}
+
+// decide grants or refuses each renewal of a verified batch (the rules of
+// docs/DESIGN.md: leader of term, member at its address, loss applied).
+func (rs *roles) decide(batch []renewal, term uint64) {
+	e := rs.e
+	servers, _ := e.configuration()
+	addrOf := make(map[string]string, len(servers))
+	for _, s := range servers {
+		addrOf[string(s.ID)] = string(s.Address)
+	}
+	grant := make([]bool, len(batch))
+	wake := false
+	rs.mu.Lock()
+	t, ok := e.held()
+	if ok && t == term && rs.ls.term == term {
+		for i, r := range batch {
+			m := rs.ls.members[r.id]
+			if m == nil {
+				m = &memberView{}
+				rs.ls.members[r.id] = m
+			}
+			if r.applied > m.applied {
+				m.applied = r.applied
+				wake = true // a handover may be waiting for it
+			}
+			if a, ok := addrOf[r.id]; !ok || a != r.addr {
+				continue // not a member (at that address)
+			}
+			if m.blocked > 0 || r.applied < m.mustApply || r.applied < rs.t.taken(r.id) {
+				continue // R5: it has not applied the loss of a role
+			}
+			noRoles := r.flags&renewFlagNoRoles != 0
+			if !m.renewed || m.noRoles != noRoles {
+				wake = true
+			}
+			m.renewed, m.noRoles = true, noRoles
+			if r.recv > m.lastRenew {
+				m.lastRenew = r.recv
+			}
+			grant[i] = true
+		}
+	}
+	rs.mu.Unlock()
+	for i, r := range batch {
+		r.answer(grant[i], term)
+	}
+	if wake {
+		poke(rs.assignCh)
+	}
+}
+
+// leaderLoop follows this node's leadership: when it holds a newly
+// confirmed epoch it waits for its own term's entry to be applied (a
+// Barrier: the role table then holds every committed entry), starts
+// serving renewals with every member counted as renewed now (R4, R6), and
+// adds the roles of Config.Roles the table lacks.
+func (rs *roles) leaderLoop() {
+	e := rs.e
+	defer e.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-e.stop
+		cancel()
+	}()
+	updates := e.hub.subscribe(ctx)
+	var retry <-chan time.Time
+	for {
+		select {
+		case _, ok := <-updates:
+			if !ok {
+				return
+			}
+		case <-retry:
+		}
+		retry = nil
+		t, leading := e.held()
+		rs.mu.Lock()
+		cur := rs.ls.term
+		if !leading || t != cur {
+			rs.ls = leaderState{}
+		}
+		rs.mu.Unlock()
+		if !leading || t == cur {
+			continue
+		}
+		if err := e.wait(ctx, e.raft.Barrier(0)); err != nil {
+			if t2, ok := e.held(); ok && t2 == t {
+				retry = time.After(e.retryInterval())
+			}
+			continue
+		}
+		if t2, ok := e.held(); !ok || t2 != t {
+			continue
+		}
+		rs.mu.Lock()
+		rs.ls = leaderState{term: t, tc: rs.clk(), members: make(map[string]*memberView), prefer: make(map[string]string)}
+		rs.mu.Unlock()
+		e.log.Debug("roles: serving renewals", "term", t)
+		if missing := rs.missingRoles(); len(missing) > 0 {
+			if err := rs.leaderApply(ctx, &roleEntry{Add: missing}, nil); err != nil {
+				e.log.Debug("roles: adding Config.Roles failed", "error", err)
+			}
+		}
+		poke(rs.assignCh)
+	}
+}
+
+func (rs *roles) missingRoles() []string {
+	var missing []string
+	for _, r := range rs.e.cfg.Roles {
+		if _, ok := rs.t.get(r); !ok {
+			missing = append(missing, r)
+		}
+	}
+	return missing
+}
+
+func (rs *roles) setPrefer(r, to string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.ls.prefer != nil {
+		rs.ls.prefer[r] = to
+	}
+}
+
+// leaderApply appends ent as this term's leader, with every member of
+// from blocked from renewal until it reports the entry applied (R5); it
+// returns once the entry is applied here.
+func (rs *roles) leaderApply(ctx context.Context, ent *roleEntry, from []string) error {
+	e := rs.e
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	rs.mu.Lock()
+	term := rs.ls.term
+	if t, ok := e.held(); !ok || term == 0 || t != term {
+		rs.mu.Unlock()
+		return e.notLeader()
+	}
+	for _, id := range from {
+		rs.blockLocked(id)
+	}
+	rs.mu.Unlock()
+	idx, err := rs.apply(ctx, ent)
+	rs.mu.Lock()
+	for _, id := range from {
+		rs.unblockLocked(id, term, idx, err)
+	}
+	rs.mu.Unlock()
+	return err
+}
+
+func (rs *roles) blockLocked(id string) {
+	m := rs.ls.members[id]
+	if m == nil {
+		m = &memberView{}
+		rs.ls.members[id] = m
+	}
+	m.blocked++
+}
+
+// unblockLocked ends one block of id set in term. After a failed append the
+// member stays blocked for the rest of the term: the entry may still
+// commit.
+func (rs *roles) unblockLocked(id string, term, idx uint64, err error) {
+	if rs.ls.term != term || err != nil {
+		return
+	}
+	m := rs.ls.members[id]
+	if m == nil {
+		return
+	}
+	m.blocked--
+	if idx > m.mustApply {
+		m.mustApply = idx
+	}
+}
+
+// apply appends one role entry and waits until it is applied here.
+func (rs *roles) apply(ctx context.Context, ent *roleEntry) (uint64, error) {
+	e := rs.e
+	data, err := jsonMarshal(ent)
+	if err != nil {
+		return 0, err
+	}
+	var idx uint64
+	err = e.await(ctx, func() raft.Future {
+		f := e.raft.ApplyLog(raft.Log{Data: data, Extensions: []byte(rolesExtension)}, 0)
+		return indexFuture{f, &idx}
+	})
+	if err := e.configErr("role entry", err); err != nil {
+		return 0, err
+	}
+	return idx, nil
+}
+
+// indexFuture records the index of an ApplyFuture once it has resolved.
+type indexFuture struct {
+	raft.ApplyFuture
+	idx *uint64
+}
+
+func (f indexFuture) Error() error {
+	err := f.ApplyFuture.Error()
+	if err == nil {
+		*f.idx = f.ApplyFuture.Index()
+	}
+	return err
+}

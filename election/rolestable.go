@@ -1,0 +1,217 @@
+package election
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// The role table travels in the Raft log like member metadata (meta.go):
+// entries this package writes itself, marked in raft.Log.Extensions, kept
+// from the application's FSM, and carried in snapshots in the header in
+// front of the application's own snapshot. The protocol is in
+// docs/DESIGN.md, "Roles: many owners on one group".
+
+// rolesExtension marks the log entries that change the role table.
+const rolesExtension = "termfence/roles/1"
+
+// maxRolesPerEntry bounds the roles one entry changes: the assigner splits
+// a larger pass into several entries.
+const maxRolesPerEntry = 4096
+
+// RoleGrant is one role's assignment as a node applied it.
+type RoleGrant struct {
+	// Owner is the member ID the role is granted to; empty while the role
+	// is unassigned (new, or revoked for a handover).
+	Owner string `json:"o,omitempty"`
+	// Grant is the log index of the entry that last changed the role's
+	// owner: the Term of the owner's role epoch.
+	Grant uint64 `json:"g,omitempty"`
+	// Prev is the owner a revoke took the role from (only while Owner is
+	// empty): the role goes to someone else only once Prev has applied the
+	// revoke or its lease has lapsed.
+	Prev string `json:"p,omitempty"`
+}
+
+// roleEntry is one role log entry. It is applied in this order: Add, Set,
+// Remove.
+type roleEntry struct {
+	Add    []string          `json:"add,omitempty"`
+	Set    map[string]string `json:"set,omitempty"` // role -> new owner ("" revokes)
+	Remove []string          `json:"remove,omitempty"`
+}
+
+// roleState is the replicated part: what the snapshot carries.
+type roleState struct {
+	Roles map[string]RoleGrant `json:"roles"`
+	// Taken is, per member, the index of the latest entry that took a role
+	// away from it (R5: no renewal until the member applied it).
+	Taken map[string]uint64 `json:"taken"`
+	// Applied is the index of the latest role entry applied.
+	Applied uint64 `json:"applied"`
+}
+
+// roleTable is the replicated role table of one node.
+type roleTable struct {
+	mu sync.RWMutex
+	st roleState
+	// ch is closed (and replaced) on every change: a broadcast that costs
+	// the same however many roles or waiters there are.
+	ch chan struct{}
+	// onApply is called after every applied entry, without the lock.
+	onApply func(index uint64, ent *roleEntry)
+}
+
+func newRoleTable() *roleTable {
+	return &roleTable{
+		st: roleState{Roles: make(map[string]RoleGrant), Taken: make(map[string]uint64)},
+		ch: make(chan struct{}),
+	}
+}
+
+// changed returns a channel closed at the table's next change (or the
+// member's lease change: see roles.broadcast).
+func (t *roleTable) changed() <-chan struct{} {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.ch
+}
+
+// broadcastLocked wakes every waiter on changed. Call with mu held.
+func (t *roleTable) broadcastLocked() {
+	close(t.ch)
+	t.ch = make(chan struct{})
+}
+
+func (t *roleTable) broadcast() {
+	t.mu.Lock()
+	t.broadcastLocked()
+	t.mu.Unlock()
+}
+
+func (t *roleTable) get(role string) (RoleGrant, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	g, ok := t.st.Roles[role]
+	return g, ok
+}
+
+func (t *roleTable) empty() bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.st.Roles) == 0
+}
+
+func (t *roleTable) applied() uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.st.Applied
+}
+
+func (t *roleTable) taken(id string) uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.st.Taken[id]
+}
+
+func (t *roleTable) grants() map[string]RoleGrant {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return maps.Clone(t.st.Roles)
+}
+
+func (t *roleTable) owners() map[string]string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	m := make(map[string]string, len(t.st.Roles))
+	for r, g := range t.st.Roles {
+		m[r] = g.Owner
+	}
+	return m
+}
+
+func (t *roleTable) snapshot() roleState {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return roleState{Roles: maps.Clone(t.st.Roles), Taken: maps.Clone(t.st.Taken), Applied: t.st.Applied}
+}
+
+func (t *roleTable) restore(st roleState) {
+	if st.Roles == nil {
+		st.Roles = make(map[string]RoleGrant)
+	}
+	if st.Taken == nil {
+		st.Taken = make(map[string]uint64)
+	}
+	t.mu.Lock()
+	t.st = st
+	t.broadcastLocked()
+	t.mu.Unlock()
+	if t.onApply != nil {
+		t.onApply(st.Applied, nil)
+	}
+}
+
+// isRoles reports whether l is a role entry of this package.
+func isRoles(l *raft.Log) bool {
+	return l.Type == raft.LogCommand && string(l.Extensions) == rolesExtension
+}
+
+// applyRoles applies a role entry. A malformed one (which only another
+// version could write) changes nothing: stopping the FSM would stop the
+// node. Roles it names that do not exist are skipped (Set, Remove), as are
+// Adds of roles that exist.
+func (t *roleTable) applyRoles(l *raft.Log) any {
+	var ent roleEntry
+	if err := json.Unmarshal(l.Data, &ent); err != nil {
+		return fmt.Errorf("election: log entry %d: malformed role entry", l.Index)
+	}
+	i := l.Index
+	t.mu.Lock()
+	if i <= t.st.Applied {
+		t.mu.Unlock()
+		return nil // already in the restored snapshot
+	}
+	for _, r := range ent.Add {
+		if _, ok := t.st.Roles[r]; !ok && validRoleName(r) == nil {
+			t.st.Roles[r] = RoleGrant{}
+		}
+	}
+	for r, owner := range ent.Set {
+		g, ok := t.st.Roles[r]
+		if !ok {
+			continue
+		}
+		if g.Owner != "" && g.Owner != owner {
+			t.st.Taken[g.Owner] = i
+		}
+		ng := RoleGrant{Owner: owner, Grant: i}
+		if owner == "" {
+			ng.Prev = g.Owner
+			if ng.Prev == "" {
+				ng.Prev = g.Prev // revoking an unowned role keeps whom to wait for
+			}
+		}
+		t.st.Roles[r] = ng
+	}
+	for _, r := range ent.Remove {
+		g, ok := t.st.Roles[r]
+		if !ok {
+			continue
+		}
+		if g.Owner != "" {
+			t.st.Taken[g.Owner] = i
+		}
+		delete(t.st.Roles, r)
+	}
+	t.st.Applied = i
+	t.broadcastLocked()
+	t.mu.Unlock()
+	if t.onApply != nil {
+		t.onApply(i, &ent)
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/termfence/termfence/epoch"
+)
+
+// nodeRoles is a node's role configuration: the roles its election group
+// assigns (election Config.Roles) and, with -role-write-every, a writer per
+// role that writes the role's store resource (role/<name>) while this node
+// holds the role, with the role's token.
+type nodeRoles struct {
+	names      []string
+	writeEvery time.Duration
+}
+
+func (r *nodeRoles) flags(fs *flag.FlagSet) {
+	fs.Func("roles", "comma-separated role names the group assigns to its members (one owner each, each with its own fencing epoch)", func(s string) error {
+		for _, name := range strings.Split(s, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				if err := epoch.ValidateName(name); err != nil {
+					return fmt.Errorf("role %q: %v", name, err)
+				}
+				r.names = append(r.names, name)
+			}
+		}
+		return nil
+	})
+	fs.DurationVar(&r.writeEvery, "role-write-every", 0, "while holding a role, write its store resource (role/NAME) this often with the role's token (0: no role writers; needs -store)")
+}
+
+// startRoleWriters starts one writer per configured role (the application's
+// goroutines: the library runs none per role).
+func (n *node) startRoleWriters(ctx context.Context) {
+	if n.cfg.roles.writeEvery <= 0 || n.store == nil {
+		return
+	}
+	for _, r := range n.cfg.roles.names {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			err := n.el.LeadRole(ctx, r, func(lctx context.Context, ep epoch.Epoch) error {
+				return n.roleWrites(ctx, lctx, r, ep)
+			})
+			if err != nil && ctx.Err() == nil {
+				n.log.Warn("role writer stopped", "role", r, "error", err)
+			}
+		}()
+	}
+}
+
+// roleWrites writes role r's resource under one grant, like leadWrites: the
+// token is signed once, and on losing the role the writer makes one last
+// write with it, as a paused process would; the store's fence refuses it
+// once the role's new owner wrote.
+func (n *node) roleWrites(ctx, lctx context.Context, r string, ep epoch.Epoch) error {
+	tok, err := n.cfg.codec.Sign(ep)
+	if err != nil {
+		return fmt.Errorf("sign %s: %w", ep, err)
+	}
+	tick := time.NewTicker(n.cfg.roles.writeEvery)
+	defer tick.Stop()
+	lost := false
+	for i := 1; ; i++ {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return nil
+		}
+		value := fmt.Sprintf("%s@%d#%d", n.cfg.ID, ep.Term, i)
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		a, err := n.store.write(wctx, tok, writeRequest{Resource: roleResource(r), Value: value})
+		cancel()
+		switch {
+		case err != nil:
+			n.log.Warn("role write: no answer from the store", "role", r, "epoch", ep.String(), "error", err)
+		case a.Refused():
+			n.log.Warn("role write REFUSED by the store: stopping writes under this grant", "role", r, "epoch", ep.String(), "status", a.Status, "reason", a.Reason())
+			return nil
+		case !a.Accepted():
+			n.log.Warn("role write failed at the store", "role", r, "epoch", ep.String(), "status", a.Status, "reason", a.Reason())
+		}
+		if lost {
+			return nil
+		}
+		if lctx.Err() != nil {
+			lost = true
+			n.log.Info("role lost; one last write with the old token, as a paused process would", "role", r, "epoch", ep.String())
+		}
+	}
+}
+
+// roleStatus is the role part of GET /status.
+func (n *node) roleStatus() (owners, held map[string]string) {
+	owners = n.el.RoleOwners()
+	if len(owners) == 0 {
+		owners = nil
+	}
+	for _, r := range n.el.HeldRoles() {
+		if ep, err := n.el.RoleEpoch(r); err == nil {
+			if held == nil {
+				held = make(map[string]string)
+			}
+			held[r] = ep.String()
+		}
+	}
+	return owners, held
+}
