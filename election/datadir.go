@@ -10,6 +10,11 @@ import (
 // the node's term.
 var skipDataDirSync bool
 
+// storeNoSync opens raft-boltdb with NoSync, for the control of the node
+// power-cut test only (nodepower_linux_test.go), which must then see a
+// node's term or vote go back.
+var storeNoSync bool
+
 // firstExisting returns dir, or its nearest ancestor that exists.
 func firstExisting(dir string) string {
 	p := filepath.Clean(dir)

@@ -24,6 +24,7 @@ const (
 
 // runPowerChild plays a child's part and exits; elsewhere it returns.
 func runPowerChild() {
+	runNodeChild() // nodepower_linux_test.go
 	role := os.Getenv(envPowerChild)
 	if role == "" {
 		return

@@ -165,7 +165,7 @@ func (n *raftNode) openStores(c Config) (raft.LogStore, raft.StableStore, raft.S
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path:        path,
 		BoltOptions: &bbolt.Options{Timeout: boltOpenTimeout},
-		NoSync:      false, // terms and votes must survive a crash (invariant I3 in docs/DESIGN.md)
+		NoSync:      storeNoSync, // false outside one test's control: terms and votes must survive a crash (invariant I3 in docs/DESIGN.md)
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, nil, nil, fmt.Errorf("%w: %s is locked by another process or Election (waited %v): %w",
