@@ -22,7 +22,7 @@ import (
 func ExampleWrapTx() {
 	dir, _ := os.MkdirTemp("", "fencemetrics")
 	defer os.RemoveAll(dir)
-	db, _ := sql.Open("sqlite", "file:"+filepath.Join(dir, "orders.db"))
+	db, _ := sql.Open("sqlite", "file:"+filepath.Join(dir, "orders.db")+"?_pragma=journal_mode(WAL)")
 	defer db.Close()
 	ctx := context.Background()
 	_, _ = db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY, term INTEGER)`)

@@ -162,7 +162,7 @@ var mutants = []mutant{
 
 	// The Guard and the HTTP hold.
 	{ID: "G1", File: "storageguard/guard.go", Packages: []string{"./storageguard/"}, What: "the Guard admits a token that did not verify",
-		Original: "\tif err == nil {\n\t\tep, err = g.Verify(resource, token)\n\t}\n", Replacement: "\tif err == nil {\n\t\tep, _ = g.Verify(resource, token)\n\t}\n"},
+		Original: "\tif err == nil {\n\t\tep, err = g.verify(resource, token)\n\t}\n", Replacement: "\tif err == nil {\n\t\tep, _ = g.verify(resource, token)\n\t}\n"},
 	{ID: "G2", File: "storageguard/guard.go", Packages: []string{"./storageguard/"}, What: "the Guard accepts another cluster's token",
-		Original: "\tif g.cluster != \"\" && ep.Cluster != g.cluster {\n", Replacement: "\tif false && ep.Cluster != g.cluster {\n"},
+		Original: "\tif want := g.clusterOf(resource); want != \"\" && ep.Cluster != want {\n", Replacement: "\tif want := g.clusterOf(resource); false && ep.Cluster != want {\n"},
 }
