@@ -560,6 +560,32 @@ func validConfiguration(b []byte) (err error) {
 	return nil
 }
 
+// isRenewal reports whether rpc is shaped as a role renewal: a
+// RequestPreVote with term 0 (docs/DESIGN.md, "Roles").
+func isRenewal(rpc raft.RPC) bool {
+	req, ok := rpc.Command.(*raft.RequestPreVoteRequest)
+	return ok && req != nil && req.Term == 0
+}
+
+// renewal applies the sender rule of a role renewal: it comes from a
+// member of the latest configuration other than this node, at the address
+// the configuration gives it (docs/DESIGN.md, "What a valid Raft RPC is").
+// What it reports is checked when it is answered (roleslease.go).
+func (a *admission) renewal(rpc raft.RPC) *RefusedError {
+	req := rpc.Command.(*raft.RequestPreVoteRequest)
+	e := &RefusedError{Command: "RequestPreVote", ID: string(req.ID), Addr: string(req.Addr)}
+	id, addr := raft.ServerID(req.ID), raft.ServerAddress(req.Addr)
+	s, ok := find(a.configuration(), id)
+	switch {
+	case id == a.self:
+		return e.malformed("a role renewal from this node's own ID")
+	case !ok || s.Address != addr:
+		e.Reason, e.Detail = RefusedNotMember, "a role renewal from a server that is not a member at that address"
+		return e
+	}
+	return nil
+}
+
 // member reports whether server id is in the latest configuration (any
 // suffrage); known is false while there is none (joining).
 func (a *admission) member(id string) (member, known bool) {

@@ -200,3 +200,36 @@ func TestAdmissionVoteRules(t *testing.T) {
 	// refuses the vote itself, changing nothing): admitted.
 	refusedAs(t, f, "RequestVote from a voter", 0, vote(ld.id, ld.id))
 }
+
+// TestRenewalFromStrangerRefused: a RequestPreVote with term 0 is a role
+// renewal, taken out before raft; only a member at its address may send
+// one. Before this rule the roles code answered anyone's (issue 25's
+// forge counted those answers as accepted in the fault suite).
+func TestRenewalFromStrangerRefused(t *testing.T) {
+	c := newCluster(t, 3)
+	ld, _ := c.leader()
+	var f *node
+	for _, nd := range c.nodes {
+		if nd != ld {
+			f = nd
+			break
+		}
+	}
+	x := transport.NewInmem("x")
+	x.Connect(ld.mem)
+	to := raft.ServerAddress(ld.id)
+	renew := func(id, addr string) func() error {
+		return func() error {
+			return x.RequestPreVote("", to, &raft.RequestPreVoteRequest{RPCHeader: hdr(id, addr), Term: 0, LastLogIndex: 1}, &raft.RequestPreVoteResponse{})
+		}
+	}
+	refusedAs(t, ld, "a renewal from a stranger", RefusedNotMember, renew("mallory", "x"))
+	refusedAs(t, ld, "a renewal without an ID", RefusedNotMember, renew("", "x"))
+	refusedAs(t, ld, "a renewal from a member's ID at another address", RefusedNotMember, renew(f.id, "x"))
+	refusedAs(t, ld, "a renewal claiming the leader itself", RefusedMalformed, renew(ld.id, ld.id))
+	// A member at its address is answered by the roles code (not granted:
+	// this group has no roles), without an error.
+	if err := renew(f.id, f.id)(); err != nil {
+		t.Errorf("a renewal from member %s: %v", f.id, err)
+	}
+}

@@ -339,8 +339,19 @@ func (n *raftNode) forward(in <-chan raft.RPC, stop <-chan struct{}) {
 	for {
 		select {
 		case rpc := <-in:
-			if n.intercept != nil && n.intercept(rpc) {
-				continue
+			if n.intercept != nil && isRenewal(rpc) {
+				// A role renewal (a RequestPreVote with term 0, which raft
+				// never sends) is taken out before admission and raft, but
+				// only from a member at its address; anything else claiming
+				// to be one is refused like any other invalid RPC.
+				if err := n.admit.renewal(rpc); err != nil {
+					n.admit.refuse(err)
+					rpc.Respond(nil, err)
+					continue
+				}
+				if n.intercept(rpc) {
+					continue
+				}
 			}
 			if !n.admit.admit(rpc) {
 				continue
