@@ -202,21 +202,40 @@ func Check(h History, timeout time.Duration) Report {
 			sort.Slice(e, func(i, j int) bool { return e[i].at < e[j].at })
 		}
 	}
-	// highestIn returns the highest term the evidence m shows the store
-	// held for res before t, and the earliest moment it was known to hold
-	// it.
-	highestIn := func(m map[string][]evidence, res string, t time.Duration) (uint64, time.Duration) {
-		var best uint64
-		var at time.Duration
-		for _, e := range m[res] {
-			if e.at >= t {
-				break
+	// Each evidence list becomes its running maximum: best[i] is the
+	// highest term of e[0..i] and the earliest moment it was seen, so
+	// that highestIn is a binary search, not a scan of every earlier
+	// answer for every operation (quadratic in a long run's history).
+	type best struct {
+		term uint64
+		at   time.Duration
+	}
+	running := func(m map[string][]evidence) map[string][]best {
+		out := map[string][]best{}
+		for res, e := range m {
+			b := make([]best, len(e))
+			var cur best
+			for i, x := range e {
+				if x.term > cur.term {
+					cur = best{x.term, x.at}
+				}
+				b[i] = cur
 			}
-			if e.term > best {
-				best, at = e.term, e.at
-			}
+			out[res] = b
 		}
-		return best, at
+		return out
+	}
+	evBest, recEvBest := running(ev), running(recEv)
+	// highestIn returns the highest term the evidence m (with its running
+	// maximum b) shows the store held for res before t, and the earliest
+	// moment it was known to hold it.
+	highestIn := func(m map[string][]evidence, b map[string][]best, res string, t time.Duration) (uint64, time.Duration) {
+		e := m[res]
+		n := sort.Search(len(e), func(i int) bool { return e[i].at >= t })
+		if n == 0 {
+			return 0, 0
+		}
+		return b[res][n-1].term, b[res][n-1].at
 	}
 
 	stale := map[string]bool{}
@@ -224,12 +243,12 @@ func Check(h History, timeout time.Duration) Report {
 	for _, op := range h.Ops {
 		switch op.Outcome {
 		case Acked:
-			if hb, at := highestIn(ev, op.Resource, op.Call); hb > op.Term && !stale[op.Value] {
+			if hb, at := highestIn(ev, evBest, op.Resource, op.Call); hb > op.Term && !stale[op.Value] {
 				stale[op.Value] = true
 				r.Details = append(r.Details, fmt.Sprintf("stale accepted: write %s term %d via %s called at %v, after the store held term %d at %v", op.Value, op.Term, op.Node, op.Call, hb, at))
 			}
 		case ReadValue:
-			hb, at := highestIn(recEv, op.Resource, op.Call)
+			hb, at := highestIn(recEv, recEvBest, op.Resource, op.Call)
 			if hb <= op.Term {
 				continue
 			}
