@@ -12,7 +12,8 @@ import (
 )
 
 // savedNetlab is a netlab run's history (seed 1796393902446036651, 14,136
-// operations) that porcupine once took 21 s to check on a quiet machine,
+// operations) that porcupine once took 21 s to check on a quiet machine
+// (43 s loaded; 1.5 s since the writes of one epoch share an admission),
 // and in which two writes via n2 were answered 502 "reused connection …,
 // idle 5.022s …: EOF" while the store was up (examples/cluster/keepalive.go
 // explains and fixes the cause).
