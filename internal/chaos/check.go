@@ -42,6 +42,7 @@ type Report struct {
 
 	info  porcupine.LinearizationInfo
 	model porcupine.Model
+	ops   []porcupine.Operation // the history porcupine checked
 }
 
 // SaneTerm bounds the terms of a run: a chaos run elects at most a few
@@ -384,7 +385,7 @@ func Check(h History, timeout time.Duration) Report {
 		ops = append(ops, porcupine.Operation{ClientId: op.Client, Input: in, Call: int64(op.Call), Output: op.Outcome, Return: ret})
 		r.Ops++
 	}
-	r.model = fencedRegister()
+	r.model, r.ops = fencedRegister(), ops
 	r.Linearizable, r.info = porcupine.CheckOperationsVerbose(r.model, ops, timeout)
 	return r
 }
