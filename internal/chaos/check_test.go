@@ -437,3 +437,47 @@ func TestCheckAdmitBeforeRecord(t *testing.T) {
 		t.Fatal("a record that landed after a newer epoch was admitted passed the check")
 	}
 }
+
+// TestCheckSharedAdmission: the acknowledged writes of a new epoch share
+// one admission (issue 27). It may raise the fence from the first call of
+// any of them, and no earlier; a record still cannot land after a newer
+// epoch was admitted.
+func TestCheckSharedAdmission(t *testing.T) {
+	base := []Op{
+		write(0, "a", "n1", 0, 2, Acked, 4),
+		write(1, "b", "n2", 5, 10, Acked, 5),
+		write(2, "c", "n2", 3, 12, Acked, 5), // listed later, called first
+		write(4, "d", "n2", 4, 11, Acked, 5),
+	}
+	cases := []struct {
+		name string
+		ops  []Op
+		want porcupine.CheckResult
+	}{
+		{"refused under the new epoch after the first call", []Op{
+			refused(3, "e", "n1", 3, 4, 4, 5, "n2"), // only c was called: c raised the fence
+			read(5, "a", 4, "n1", 4, 5),
+			read(5, "c", 5, "n2", 13, 14),
+		}, porcupine.Ok},
+		{"refused under the new epoch before any call", []Op{
+			refused(3, "e", "n1", 1, 2, 4, 5, "n2"), // returned before c was called
+			read(5, "c", 5, "n2", 13, 14),
+		}, porcupine.Illegal},
+		{"a record after a newer epoch", []Op{
+			write(3, "f", "n3", 13, 14, Acked, 6),
+			read(5, "f", 6, "n3", 15, 16),
+			read(5, "b", 5, "n2", 17, 18),
+		}, porcupine.Illegal},
+		{"a value read before any record", []Op{
+			read(5, "d", 5, "n2", 2, 3),
+		}, porcupine.Illegal},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := History{Ops: append(append([]Op(nil), base...), c.ops...)}
+			if r := Check(h, 0); r.Linearizable != c.want {
+				t.Fatalf("linearizable = %v, want %v", r.Linearizable, c.want)
+			}
+		})
+	}
+}

@@ -59,6 +59,10 @@ type input struct {
 	// record lands under its own epoch; a Tx backend does both at one
 	// point, which the split allows too.
 	Phase phase
+	// Writes is how many acknowledged writes of the epoch share an
+	// admission (Phase admit): the first of them raised the fence, the
+	// others found it at their epoch.
+	Writes int
 }
 
 // phase is the part of an acknowledged write an operation stands for.
@@ -197,7 +201,7 @@ func fencedRegister() porcupine.Model {
 			case op.Outcome == Indeterminate:
 				return fmt.Sprintf("write(%s, %s) via %s -> ? (terms %v)", op.Resource, op.Value, op.Node, op.Candidates)
 			case op.Phase == admit:
-				return fmt.Sprintf("admit(%s) @%d/%s for %s via %s", op.Resource, op.Term, op.Leader, op.Value, op.Node)
+				return fmt.Sprintf("admit(%s) @%d/%s for %d writes from %s via %s", op.Resource, op.Term, op.Leader, op.Writes, op.Value, op.Node)
 			default:
 				return fmt.Sprintf("write(%s, %s) @%d/%s via %s -> %s", op.Resource, op.Value, op.Term, op.Leader, op.Node, op.Outcome)
 			}
