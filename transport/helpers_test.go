@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"go.uber.org/goleak"
+
+	"github.com/termfence/termfence/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -93,15 +96,40 @@ func startCluster(t *testing.T, d time.Duration, transports ...Transport) []*nod
 	return nodes
 }
 
-// waitFor polls cond every 5ms until it returns true or d passes.
+// waitFor polls cond every 5ms until it returns true or d, scaled with the
+// machine's load (testwait.Bound), passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	d = testwait.Bound(d)
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// applyOnLeader applies data on the current leader, again on the next one
+// if leadership moved while it committed (an election under load is not
+// what the callers test), and fails the test on any other error.
+func applyOnLeader(t *testing.T, nodes []*node, data []byte) {
+	t.Helper()
+	deadline := time.Now().Add(testwait.Bound(30 * time.Second))
+	for {
+		leader, _ := waitLeader(t, nodes)
+		err := leader.r.Apply(data, 5*time.Second).Error()
+		switch {
+		case err == nil:
+			return
+		case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			if time.Now().After(deadline) {
+				t.Fatalf("apply %x: leadership kept moving: %v", data, err)
+			}
+			t.Logf("apply %x: %v; again on the next leader", data, err)
+		default:
+			t.Fatalf("apply %x: %v", data, err)
+		}
 	}
 }
 

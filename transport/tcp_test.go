@@ -23,10 +23,7 @@ func newTestTCP(t *testing.T, cfg Config) Transport {
 
 func TestTCPClusterElects(t *testing.T) {
 	nodes := startCluster(t, fast, newTestTCP(t, Config{}), newTestTCP(t, Config{}), newTestTCP(t, Config{}))
-	leader, _ := waitLeader(t, nodes)
-	if err := leader.r.Apply([]byte("x"), 5*time.Second).Error(); err != nil {
-		t.Fatalf("apply: %v", err)
-	}
+	applyOnLeader(t, nodes, []byte("x"))
 }
 
 // TestTCPNoPipeline: the TCP transport offers no pipeline (raft v1.7.2's
@@ -38,12 +35,10 @@ func TestTCPNoPipeline(t *testing.T) {
 		t.Fatalf("AppendEntriesPipeline = %v, %v; want nil, raft.ErrPipelineReplicationNotSupported", p, err)
 	}
 	nodes := startCluster(t, fast, newTestTCP(t, Config{}), newTestTCP(t, Config{}), newTestTCP(t, Config{}))
-	leader, _ := waitLeader(t, nodes)
 	for i := range 20 {
-		if err := leader.r.Apply([]byte{byte(i)}, 5*time.Second).Error(); err != nil {
-			t.Fatalf("apply %d: %v", i, err)
-		}
+		applyOnLeader(t, nodes, []byte{byte(i)})
 	}
+	leader, _ := waitLeader(t, nodes)
 	want := leader.r.LastIndex()
 	for _, n := range nodes {
 		waitFor(t, 10*time.Second, "every node to apply the entries", func() bool { return n.r.AppliedIndex() >= want })
