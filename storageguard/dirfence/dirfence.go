@@ -204,23 +204,11 @@ func OpenWith(dir string, opts Options) (*Fence, error) {
 	if mode == 0 {
 		mode = 0o600
 	}
-	// The directories MkdirAll creates are new names in their parents:
-	// sync those parents before any raise is acknowledged, or a power cut
-	// could take the whole directory back (I5).
-	existing := filepath.Clean(dir)
-	for {
-		if _, err := os.Lstat(existing); err == nil || filepath.Dir(existing) == existing {
-			break
-		}
-		existing = filepath.Dir(existing)
-	}
 	if err := os.MkdirAll(dir, mode|(mode&0o444)>>2); err != nil {
 		return nil, fmt.Errorf("dirfence: create fence dir: %w", err)
 	}
-	for p := filepath.Clean(dir); p != existing && filepath.Dir(p) != p; p = filepath.Dir(p) {
-		if err := syncPath(filepath.Dir(p)); err != nil {
-			return nil, fmt.Errorf("dirfence: sync the directory of %s: %w", p, err)
-		}
+	if err := syncAncestors(dir); err != nil {
+		return nil, err
 	}
 	df, err := os.Open(dir)
 	if err != nil {

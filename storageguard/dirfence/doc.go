@@ -23,7 +23,9 @@
 //     checksummed slots and fdatasynced (the first one is renamed into place
 //     and the directory fsynced) before Do runs the write or Admit returns.
 //     A torn write falls back to the previous slot; a record another process
-//     wrote is synced before it is trusted.
+//     wrote is synced before it is trusted. Open fsyncs the directory that
+//     names the fence directory, and each ancestor's, whether or not it
+//     created them: a directory that exists may not be on disk yet.
 //   - A raise whose write or sync fails is taken back before anyone can act
 //     on it: the slot's previous bytes are written back under the
 //     exclusive lock (a first file whose directory fsync failed is

@@ -122,12 +122,35 @@ func (d *Fence) syncUnless(s skipSyncs, f *os.File, kind syncKind) error {
 	return d.sync(f, kind)
 }
 
-// syncPath fsyncs the directory at path.
-func syncPath(path string) error {
-	f, err := os.Open(path)
+// syncAncestors makes the path to dir durable before any raise through it
+// is acknowledged (I5): it fsyncs the parent of dir and of each of its
+// ancestors, up to the root. Whether dir (or an ancestor) existed before
+// says nothing about whether its name is on disk: another process may
+// have just created it and not yet synced its parent, or its sync may have
+// failed (its Open returned the error, and nobody would sync it again), and
+// a power cut would then take back the whole directory and every raise
+// recorded in it. An ancestor this process may not open for reading ends
+// the walk: it is taken as durable (somebody else's directory, not one a
+// fence just created).
+func syncAncestors(dir string) error {
+	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("dirfence: fence dir %s: %w", dir, err)
 	}
-	defer f.Close()
-	return f.Sync()
+	for p := abs; filepath.Dir(p) != p; p = filepath.Dir(p) {
+		parent := filepath.Dir(p)
+		f, err := os.Open(parent)
+		if errors.Is(err, os.ErrPermission) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("dirfence: open the directory of %s to sync it: %w", p, err)
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("dirfence: sync the directory of %s: %w", p, err)
+		}
+	}
+	return nil
 }

@@ -54,11 +54,22 @@ type PowerOptions struct {
 	Procs int
 	// Variant is passed to the children in VariantEnv.
 	Variant string
+	// Seed seeds PowerLoss's own choices (how many acks to wait for, when
+	// to cut, which cuts tear, which rounds fail a sync); zero means
+	// PowerSeedEnv if set, else the clock. The seed is in PowerReport. The
+	// children's timing is not replayed, so a replay repeats the choices,
+	// not necessarily the interleaving.
+	Seed uint64
 }
+
+// PowerSeedEnv, set to a number, is PowerOptions.Seed when that is zero.
+const PowerSeedEnv = "TERMFENCE_POWERLOSS_SEED"
 
 // PowerReport is what a PowerLoss run did and found.
 type PowerReport struct {
 	Rounds, Acks, Refusals, Errors, FailedSyncs, TornCuts int
+	// Seed is the seed of PowerLoss's choices (PowerOptions.Seed).
+	Seed uint64
 	// Violation is the first broken promise, or "".
 	Violation string
 }
@@ -205,8 +216,18 @@ func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 		rounds *= 10
 	}
 	path := filepath.Join(disk.Dir(), "fence")
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
-	var rep PowerReport
+	seed := opts.Seed
+	if v := os.Getenv(PowerSeedEnv); v != "" && seed == 0 {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("power loss: %s=%q: %v", PowerSeedEnv, v, err)
+		}
+	}
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	rng := rand.New(rand.NewPCG(seed, 2))
+	rep := PowerReport{Seed: seed}
 	var floorAck, floorRefused uint64 // highest acknowledged; highest refused
 	for round := 0; round < rounds; round++ {
 		rep.Rounds++
