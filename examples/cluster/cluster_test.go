@@ -284,7 +284,7 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 		logs.WriteString(p.log.String())
 	}
 	logs.WriteString(c.store.log.String())
-	for _, msg := range readmeLogMessages(t) {
+	for _, msg := range readmeLogMessages(t, false) {
 		if !strings.Contains(logs.String(), msg) {
 			t.Errorf("README.md quotes the log line %s, which no process wrote in this run", msg)
 		}
@@ -315,6 +315,21 @@ func TestPausedLeaderUnfencedControl(t *testing.T) {
 	}
 	if st.AcceptedBy[nextEp.String()] == 0 {
 		t.Errorf("the successor %s never wrote: %+v", nextEp, st)
+	}
+	// pauseLeader resumed the old leader only after its successor's write
+	// had reached the store, so the late write is a lost update: the store
+	// counts it and writes the log line README.md quotes for -unfenced.
+	if st.LostUpdates == 0 {
+		t.Errorf("the unfenced store counts no lost update: %+v", st)
+	}
+	c.store.signal(syscall.SIGTERM) // exited, its whole log is read
+	if code := c.store.wait(10 * time.Second); code != 0 {
+		t.Errorf("store exited with %d after SIGTERM, want 0", code)
+	}
+	for _, msg := range readmeLogMessages(t, true) {
+		if !strings.Contains(c.store.log.String(), msg) {
+			t.Errorf("README.md quotes the -unfenced store's log line %s, which the store did not write in this run", msg)
+		}
 	}
 }
 

@@ -166,6 +166,15 @@ func TestScenarios(t *testing.T) {
 		// An S3 object store (versitygw; skipped, saying so, without it).
 		{"object-store", []string{"-scenario", "object-store"}, want{"fenced": "true", "refused": "1", "lost": "0", "data": "[v0,B]", "ok": "true"}, checkAB("the store answers 412; objectfence reads again: REFUSED")},
 		{"object-store-unfenced", []string{"-scenario", "object-store", "-unfenced"}, want{"fenced": "false", "refused": "0", "lost": "1", "data": "[v0,A]", "ok": "false"}, checkAB("B's update is LOST")},
+		// Named roles on one group: every role of the frozen owner moves,
+		// its late writes under the old grants are all refused, and no
+		// role's resource loses its new owner's write.
+		{"roles", []string{"-scenario", "roles"}, want{"roles": "12", "late_accepted": "0", "lost": "0", "ok": "true"},
+			func(t *testing.T, m map[string]string, out string) {
+				if moved, refused := num(t, m, "moved"), num(t, m, "refused"); moved < 2 || refused < moved {
+					t.Errorf("moved=%d refused=%d: want several roles moved and a refusal for each", moved, refused)
+				}
+			}},
 		// The lab scenario (needs root: skipped otherwise); the fenced run
 		// is TestLabCommand's, through -lab.
 		{"lab-unfenced", []string{"-scenario", "lab", "-unfenced"}, want{"fenced": "false", "refused_paused": "0", "refused_partitioned": "0", "lost": "2", "ok": "false"},
