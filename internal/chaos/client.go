@@ -125,7 +125,7 @@ type workload struct {
 func newWorkload(c *cluster, rec *Recorder, cfg Config) *workload {
 	w := &workload{c: c, rec: rec, cfg: cfg, hint: -1}
 	if cfg.Roles > 0 {
-		w.roles = &roleState{owner: map[string]int{}, grant: map[string]uint64{}, claims: map[string]*Recorder{}} // roles.go
+		w.roles = &roleState{owner: map[string]int{}, grant: map[string]uint64{}, acked: map[string]uint64{}, claims: map[string]*Recorder{}} // roles.go
 	}
 	return w
 }

@@ -73,6 +73,7 @@ type roleState struct {
 	mu     sync.Mutex
 	owner  map[string]int    // role -> node index, -1: unknown
 	grant  map[string]uint64 // role -> grant index of that belief
+	acked  map[string]uint64 // role -> highest grant a role write was acknowledged with
 	claims map[string]*Recorder
 }
 
@@ -211,6 +212,11 @@ func (w *workload) roleWrite(op Op, i int, r string) Outcome {
 	if hint := classify(&op, st, body, err); hint != "" {
 		w.setRoleOwner(r, hint)
 	}
+	if op.Outcome == Acked {
+		w.roles.mu.Lock()
+		w.roles.acked[r] = max(w.roles.acked[r], op.Term)
+		w.roles.mu.Unlock()
+	}
 	if st == http.StatusNotFound && strings.Contains(op.Detail, "unknown role") {
 		// The node has not applied the role table yet (a new group):
 		// nothing was sent to the store.
@@ -238,7 +244,9 @@ func (w *workload) finalRoles(ctx context.Context, final map[string]FinalState, 
 // pauseRoleOwner SIGSTOPs a node that holds roles — the pick-th of them
 // (mod their number) — for d, with up to four writes of its roles pinned
 // in its /role-write handler: two whose bodies are sent just before the
-// SIGSTOP, two just before the SIGCONT, after the group moved its roles.
+// SIGSTOP, two just before the SIGCONT. The pause lasts at least until a
+// write of every pinned role was acknowledged under a newer grant than the
+// paused node's (up to 40 leases more), so the held writes are late.
 // Then it continues the node, collects the pinned writes' answers and
 // reads each pinned role's resource at once, before its new owner's next
 // write can hide what the late write did.
@@ -263,6 +271,13 @@ func (n *nemesis) pauseRoleOwner(ctx context.Context, pick int, d time.Duration)
 	vi := owners[pick%len(owners)]
 	roles := byNode[vi]
 	sort.Strings(roles)
+	roles = roles[:min(len(roles), 4)]
+	n.w.roles.mu.Lock()
+	before := map[string]uint64{}
+	for _, r := range roles {
+		before[r] = n.w.roles.grant[r]
+	}
+	n.w.roles.mu.Unlock()
 	var race, held []*pinned
 	for k := 0; k < 4; k++ {
 		r := roles[k%len(roles)]
@@ -285,12 +300,14 @@ func (n *nemesis) pauseRoleOwner(ctx context.Context, pick int, d time.Duration)
 	}
 	n.logf("fault %d: SIGSTOP role owner %s (roles %s) for %v", n.faults+1, nd.id, strings.Join(roles, " "), d.Round(time.Millisecond))
 	sleepCtx(ctx, d)
+	moved := n.waitRolesMoved(ctx, before, 40*n.cfg.Heartbeat)
 	for _, p := range held {
 		p.sendBody()
 	}
 	if err := nd.proc.signal(syscall.SIGCONT); err != nil {
 		return err
 	}
+	n.logf("  SIGCONT %s after %v; roles moved and written by their new owners: %t", nd.id, (d + moved).Round(time.Millisecond), moved >= 0)
 	var outcomes []string
 	for _, p := range append(race, held...) {
 		p.finish(n.w, true)
@@ -437,6 +454,36 @@ func (r *Report) foldRoles(rr RolesReport) {
 		}
 		for _, s := range x.ContractBreaks {
 			r.ContractBreaks = append(r.ContractBreaks, "role "+x.Role+": "+s)
+		}
+	}
+}
+
+// waitRolesMoved waits, up to limit, until a write of every role in before
+// was acknowledged with a newer grant than before's; it returns how long it
+// waited, or -1 if the limit passed first.
+func (n *nemesis) waitRolesMoved(ctx context.Context, before map[string]uint64, limit time.Duration) time.Duration {
+	start := time.Now()
+	tick := time.NewTicker(n.cfg.PollEvery)
+	defer tick.Stop()
+	for {
+		n.w.roles.mu.Lock()
+		all := true
+		for r, g := range before {
+			if n.w.roles.acked[r] <= g {
+				all = false
+			}
+		}
+		n.w.roles.mu.Unlock()
+		if all {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			return -1
+		}
+		select {
+		case <-ctx.Done():
+			return -1
+		case <-tick.C:
 		}
 	}
 }
