@@ -63,6 +63,10 @@ func (c Config) roleArgs() []string {
 	return []string{"-roles", strings.Join(c.roleNames(), ",")}
 }
 
+// roleMaxPause bounds a role owner's pause: below the node's 5 s store
+// timeout (examples/cluster handleRoleWrite).
+const roleMaxPause = 4 * time.Second
+
 // roleClientBase numbers the role writers' and readers' clients apart from
 // the group's.
 const roleClientBase = 1000
@@ -246,7 +250,7 @@ func (w *workload) finalRoles(ctx context.Context, final map[string]FinalState, 
 // in its /role-write handler: two whose bodies are sent just before the
 // SIGSTOP, two just before the SIGCONT. The pause lasts at least until a
 // write of every pinned role was acknowledged under a newer grant than the
-// paused node's (up to 40 leases more), so the held writes are late.
+// paused node's (up to roleMaxPause in all), so the held writes are late.
 // Then it continues the node, collects the pinned writes' answers and
 // reads each pinned role's resource at once, before its new owner's next
 // write can hide what the late write did.
@@ -300,8 +304,15 @@ func (n *nemesis) pauseRoleOwner(ctx context.Context, pick int, d time.Duration)
 	}
 	n.logf("fault %d: SIGSTOP role owner %s (roles %s) for %v", n.faults+1, nd.id, strings.Join(roles, " "), d.Round(time.Millisecond))
 	sleepCtx(ctx, d)
-	moved := n.waitRolesMoved(ctx, before, 40*n.cfg.Heartbeat)
+	// The whole pause stays below roleMaxPause: the node's store request,
+	// begun before the pause for a racing write, times out 5 s after the
+	// request arrived (a 502 while the store is up, which the checker
+	// counts).
+	moved := n.waitRolesMoved(ctx, before, max(0, roleMaxPause-d))
 	for _, p := range held {
+		if !p.done {
+			_ = p.conn.SetDeadline(time.Now().Add(n.cfg.WriteTimeout)) // the pause may outlast the deadline set at open
+		}
 		p.sendBody()
 	}
 	if err := nd.proc.signal(syscall.SIGCONT); err != nil {
