@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -226,14 +227,26 @@ func (rs *roles) intercept(rpc raft.RPC) bool {
 	rs.enqueue(renewal{
 		id: string(req.ID), addr: string(req.Addr), applied: req.LastLogIndex, flags: req.LastLogTerm, recv: rs.clk(),
 		answer: func(g bool, term uint64) {
+			// A refused renewal is refused on the wire too (an error, as
+			// admission refuses an RPC): a forged one, from a stranger or
+			// in a member's name, must not look admitted (the fault
+			// suite's hostile peer counts an answer without an error as
+			// admitted).
+			var err error
+			if !g {
+				err = errRenewalRefused
+			}
 			rpc.Respond(&raft.RequestPreVoteResponse{
 				RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(rs.e.cfg.ID), Addr: []byte(rs.e.localAddr)},
 				Term:      term, Granted: g,
-			}, nil)
+			}, err)
 		},
 	})
 	return true
 }
+
+// errRenewalRefused answers a role renewal the leader did not grant.
+var errRenewalRefused = errors.New("election: role renewal refused")
 
 func (rs *roles) enqueue(r renewal) {
 	rs.mu.Lock()
@@ -303,6 +316,12 @@ func (rs *roles) decide(batch []renewal, term uint64) {
 	t, ok := e.held()
 	if ok && t == term && rs.ls.term == term {
 		for i, r := range batch {
+			// Not a member (at that address): nothing of it is kept, so
+			// that forged renewals neither grow the table nor move a
+			// member's applied index.
+			if a, ok := addrOf[r.id]; !ok || a != r.addr {
+				continue
+			}
 			m := rs.ls.members[r.id]
 			if m == nil {
 				m = &memberView{}
@@ -311,9 +330,6 @@ func (rs *roles) decide(batch []renewal, term uint64) {
 			if r.applied > m.applied {
 				m.applied = r.applied
 				wake = true // a handover may be waiting for it
-			}
-			if a, ok := addrOf[r.id]; !ok || a != r.addr {
-				continue // not a member (at that address)
 			}
 			if m.blocked > 0 || r.applied < m.mustApply || r.applied < rs.t.taken(r.id) {
 				continue // R5: it has not applied the loss of a role

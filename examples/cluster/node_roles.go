@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
+	"github.com/termfence/termfence/election"
 	"github.com/termfence/termfence/epoch"
 )
 
@@ -110,4 +113,52 @@ func (n *node) roleStatus() (owners, held map[string]string) {
 		}
 	}
 	return owners, held
+}
+
+// handleRoleWrite serves POST /role-write?role=NAME: a write of role NAME's
+// resource (role/NAME) stamped with this node's role token — the grant it
+// held when the request arrived, taken before the body is read, as
+// handleWrite does for the group's epoch — and relays the store's answer.
+// A node that does not hold the role answers 503 "not leader of role" with
+// the owner it last applied. The fault suite (internal/chaos) drives role
+// writes through it, so that it sees each write's call, answer and epoch.
+func (n *node) handleRoleWrite(w http.ResponseWriter, r *http.Request) {
+	role := r.URL.Query().Get("role")
+	ep, err := n.el.RoleEpoch(role)
+	if err != nil {
+		var re *election.RoleError
+		switch {
+		case errors.As(err, &re) && re.Unknown:
+			writeError(w, http.StatusNotFound, fmt.Sprintf("node: unknown role %q", role))
+		default:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{
+				"error": fmt.Sprintf("not leader of role %q: %v", role, err), "leader": n.el.RoleOwners()[role]})
+		}
+		return
+	}
+	var req writeRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "node: "+err.Error())
+		return
+	}
+	if n.store == nil {
+		writeError(w, http.StatusServiceUnavailable, "node: no -store configured")
+		return
+	}
+	req.Resource = roleResource(role)
+	tok, err := n.cfg.codec.Sign(ep)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "node: sign epoch: "+err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	a, err := n.store.write(ctx, tok, req)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, "node: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(a.Status)
+	_, _ = w.Write(a.Body)
 }

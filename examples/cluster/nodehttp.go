@@ -26,6 +26,7 @@ func (n *node) routes() http.Handler {
 	mux.Handle("/", uiHandler())
 	// Every state-changing endpoint goes through mutating (adminguard.go).
 	mux.HandleFunc("/write", mutating(n.handleWrite))
+	mux.HandleFunc("/role-write", mutating(n.handleRoleWrite)) // node_roles.go
 	mux.HandleFunc("/resign", mutating(n.handleResign))
 	mux.HandleFunc("/join", mutating(n.handleJoin))
 	mux.HandleFunc("/transfer", mutating(n.handleTransfer))

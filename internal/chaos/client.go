@@ -118,10 +118,16 @@ type workload struct {
 
 	seq      atomic.Int64
 	inflight sync.WaitGroup // writes still waiting for an answer
+
+	roles *roleState // Config.Roles > 0: who holds which role (roles.go)
 }
 
 func newWorkload(c *cluster, rec *Recorder, cfg Config) *workload {
-	return &workload{c: c, rec: rec, cfg: cfg, hint: -1}
+	w := &workload{c: c, rec: rec, cfg: cfg, hint: -1}
+	if cfg.Roles > 0 {
+		w.roles = &roleState{owner: map[string]int{}, grant: map[string]uint64{}, acked: map[string]uint64{}, claims: map[string]*Recorder{}} // roles.go
+	}
+	return w
 }
 
 // leader returns the node index believed to lead, or -1.
@@ -154,6 +160,7 @@ func (w *workload) poll(ctx context.Context, i int) {
 				w.rec.Claim(Claim{At: at, Node: w.c.nodes[i].id, Term: ep.Term, Leader: ep.Leader})
 				w.believe(i, ep.Term)
 			}
+			w.noteRoles(i, at, st) // roles.go
 		}
 		select {
 		case <-ctx.Done():
@@ -324,6 +331,12 @@ type pinned struct {
 // openPinned starts a pinned write to node i. It returns nil if the node
 // cannot be reached at all.
 func (w *workload) openPinned(ctx context.Context, client, i int, resource string) *pinned {
+	return w.openPinnedAt(ctx, client, i, resource, "/write")
+}
+
+// openPinnedAt is openPinned through the node's path (/write, or
+// /role-write?role=NAME: roles.go).
+func (w *workload) openPinnedAt(ctx context.Context, client, i int, resource, path string) *pinned {
 	n := w.c.nodes[i]
 	p := &pinned{op: Op{Client: client, Kind: Write, Resource: resource, Node: n.id}}
 	p.op.Value = w.nextValue(client)
@@ -336,8 +349,8 @@ func (w *workload) openPinned(ctx context.Context, client, i int, resource strin
 		return nil
 	}
 	p.conn, p.br = conn, bufio.NewReader(conn)
-	head := fmt.Sprintf("POST /write HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
-		n.proc.addr, len(p.body))
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+		path, n.proc.addr, len(p.body))
 	_ = conn.SetDeadline(time.Now().Add(w.cfg.WriteTimeout))
 	if _, err := io.WriteString(conn, head); err != nil {
 		p.fail(w, err)

@@ -150,6 +150,7 @@ func newCluster(ctx context.Context, cfg Config) (*cluster, error) {
 			"-data", filepath.Join(cfg.Dir, n.id), "-bootstrap", strings.Join(boot, ","),
 			"-store", c.storeURL, "-token-key", key, "-heartbeat", cfg.Heartbeat.String(),
 			"-addr-file", n.addrFile}
+		args = append(args, cfg.roleArgs()...) // roles.go
 		if !cfg.Netlab {
 			// In netlab mode the kernel makes the partitions.
 			args = append(args, "-fault-endpoint")
@@ -350,6 +351,8 @@ type nodeStatus struct {
 	Leader     string `json:"leader"`
 	LeaderAddr string `json:"leader_addr"`
 	Epoch      string `json:"epoch"`
+	// Held is role -> role epoch for the roles the node holds (roles.go).
+	Held map[string]string `json:"held,omitempty"`
 }
 
 // status asks node i for its status.

@@ -98,6 +98,26 @@
 // On a violation the run writes porcupine's HTML visualization, the history
 // as JSON and the seed under the failures directory and prints their paths.
 //
+// # Roles
+//
+// With Config.Roles the election group also assigns named roles (issue
+// 29): writers send each role's write to the node they believe holds it
+// (POST /role-write?role=NAME, stamped with the role's epoch
+// "chaos.NAME/<grant index>/<owner>"), readers read role/NAME from the
+// store, and the poller records each node's held roles. A fault of its own,
+// pause-role-owner, SIGSTOPs a node holding roles with role writes pinned
+// in its handler until the group moved those roles and their new owners
+// wrote, then continues it and reads each pinned role at once. The checker
+// judges each role on its own history (grant indexes are log indexes,
+// shared by the roles one entry granted): stale accepted, lost,
+// linearizable, one owner per grant; the run's verdict counts those
+// violations too, and a second line breaks them down:
+//
+//	chaos roles: roles=N ops=N acked=N refused_stale=N indeterminate=N stale_accepted=0 lost=0 linearizable=true
+//
+// TestChaosRolesUnfencedControl shows that the role checker sees the
+// paused owners' late writes on a store without its fence.
+//
 // # Clients
 //
 // Writers send POST /write to the node they believe leads (from a 503's
@@ -126,6 +146,7 @@
 //	TERMFENCE_CHAOS_BACKENDS=dir,proxy-dir ...    # just these
 //	TERMFENCE_CHAOS=10m go test -timeout 60m -run 'TestChaos$' ./internal/chaos
 //	TERMFENCE_CHAOS_NETLAB=10m go test -timeout 60m -run 'TestChaosNetlab$' ./internal/chaos
+//	TERMFENCE_CHAOS=10m go test -timeout 60m -run 'TestChaosRoles$' ./internal/chaos  # roles, long
 //	TERMFENCE_CHAOS_SEED=S ...                    # replay the nemesis's choices
 //	TERMFENCE_CHAOS_BIN=path ...                  # test a prebuilt examples/cluster
 //	TERMFENCE_CHAOS_HISTORY=failures/.../history.json go test -run TestCheckSavedHistory ./internal/chaos

@@ -39,17 +39,20 @@ const (
 	// directory or the store's data (Config.PowerLoss; power.go).
 	powerCutNode
 	powerCutStore
+	// pauseRoleOwner: SIGSTOP/SIGCONT of a node holding roles, with role
+	// writes pinned in its handler (Config.Roles; roles.go).
+	pauseRoleOwner
 	numFaultKinds
 )
 
-var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store", "hostile-peer", "refused-link", "disconnect", "trickle", "kill-session", "power-cut-node", "power-cut-store"}
+var faultNames = [...]string{"pause-leader", "kill-node", "partition", "resign", "kill-store", "hostile-peer", "refused-link", "disconnect", "trickle", "kill-session", "power-cut-node", "power-cut-store", "pause-role-owner"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
 // faultWeights: pauses are the fault fencing exists for, so they come most.
 var faultWeights = [numFaultKinds]int{pauseLeader: 35, killNode: 20, partition: 20, resign: 10, killStore: 15,
 	hostilePeer: 10, refusedLink: 10, disconnect: 15, trickle: 20, killSession: 20,
-	powerCutNode: 20, powerCutStore: 15}
+	powerCutNode: 20, powerCutStore: 15, pauseRoleOwner: 35}
 
 // allowed reports whether the run's backend and mode take fault kind k.
 func (n *nemesis) allowed(k faultKind) bool {
@@ -66,6 +69,8 @@ func (n *nemesis) allowed(k faultKind) bool {
 		return n.cfg.PowerLoss
 	case powerCutStore:
 		return n.cfg.PowerLoss && n.cfg.durable() && n.cfg.Backend != "postgres"
+	case pauseRoleOwner:
+		return n.cfg.Roles > 0
 	}
 	return true
 }
@@ -214,6 +219,8 @@ func (n *nemesis) one(ctx context.Context, pick func() faultKind) error {
 		err = n.powerCutNode(ctx, n.rng.Intn(len(n.c.nodes)), n.leases(1, 6))
 	case powerCutStore:
 		err = n.powerCutStore(ctx, n.leases(0, 4))
+	case pauseRoleOwner:
+		err = n.pauseRoleOwner(ctx, n.rng.Intn(len(n.c.nodes)), n.leases(3, 8))
 	}
 	if err != nil {
 		return fmt.Errorf("chaos: fault %d (%v): %w", n.faults+1, kind, err)

@@ -72,6 +72,13 @@ type Config struct {
 	// powerfs disk of its own (needs root and /dev/fuse) and adds the
 	// power-cut faults (power.go).
 	PowerLoss bool
+	// Roles, if positive, gives the election group that many named roles
+	// (node -roles job-01,...): writers write each role's resource
+	// (role/NAME) through its owner's POST /role-write, with the role's
+	// token, and the checker judges each role on its own (roles.go).
+	Roles int
+	// RoleWriters is the number of role-writing clients; 0: 4.
+	RoleWriters int
 }
 
 // Validate reports the first problem with c.
@@ -96,7 +103,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("chaos: Config.Backend %q, want one of %v", c.Backend, Backends)
 	case c.Backend == "postgres" && c.PostgresDSN == "":
 		return errors.New("chaos: the postgres backend needs Config.PostgresDSN")
-	case c.WriteDelay < 0 || c.ProxyTimeout < 0:
+	case c.WriteDelay < 0 || c.ProxyTimeout < 0 || c.Roles < 0 || c.RoleWriters < 0:
 		return errors.New("chaos: negative Config field")
 	}
 	return nil
@@ -163,6 +170,9 @@ type Result struct {
 	FaultCounts map[string]int
 	// Line is the one-line summary.
 	Line string
+	// Roles is the per-role verdict of a run with Config.Roles (its
+	// violations are also counted in Report).
+	Roles RolesReport
 	// FailurePath is the directory holding the visualization and the seed
 	// when the report is not OK; empty otherwise.
 	FailurePath string
@@ -249,6 +259,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		load.Add(1)
 		go func() { defer load.Done(); w.writer(loadCtx, cl, crng) }()
 	}
+	w.startRoles(loadCtx, &load, rng) // roles.go
 	stop := func() { stopLoad(); load.Wait(); w.inflight.Wait() }
 
 	nemErr := nem.run(ctx)
@@ -312,6 +323,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		rec.Add(op)
 		final[name] = FinalState{Found: op.Outcome == ReadValue, Value: op.Value, Term: op.Term, Leader: op.Leader, Highest: highest[name]}
 	}
+	if err := w.finalRoles(ctx, final, highest); err != nil { // roles.go
+		return res, err
+	}
 	c.close()
 
 	// A node may stamp a write as late as the longest pause after its
@@ -335,7 +349,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	checkStart := time.Now()
+	h, roleHists := splitRoles(h, w) // roles.go
 	res.Report = Check(h, cfg.CheckTimeout)
+	res.Roles = checkRoles(roleHists, cfg.CheckTimeout)
+	res.Report.foldRoles(res.Roles)
 	res.Report.HostileAccepted = nem.hostileAccepted
 	logf("check took %v; highest term seen %d", time.Since(checkStart).Round(time.Millisecond), res.Report.MaxTerm)
 	res.Line = res.Report.Line(cfg.Seed, res.Faults)
