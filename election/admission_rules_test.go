@@ -1,6 +1,7 @@
 package election
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -227,9 +228,17 @@ func TestRenewalFromStrangerRefused(t *testing.T) {
 	refusedAs(t, ld, "a renewal without an ID", RefusedNotMember, renew("", "x"))
 	refusedAs(t, ld, "a renewal from a member's ID at another address", RefusedNotMember, renew(f.id, "x"))
 	refusedAs(t, ld, "a renewal claiming the leader itself", RefusedMalformed, renew(ld.id, ld.id))
-	// A member at its address is answered by the roles code (not granted:
-	// this group has no roles), without an error.
-	if err := renew(f.id, f.id)(); err != nil {
-		t.Errorf("a renewal from member %s: %v", f.id, err)
+	// A member at its address reaches the roles code, which answers it
+	// (here without a grant: the group has no roles); admission refuses
+	// nothing.
+	before := ld.el.Admission()
+	if err := renew(f.id, f.id)(); err != nil && !errors.Is(err, errRenewalRefused) {
+		t.Errorf("a renewal from member %s: %v, want an answer from the roles code", f.id, err)
+	}
+	after := ld.el.Admission()
+	for r, n := range after.Refused {
+		if n != before.Refused[r] {
+			t.Errorf("a renewal from member %s: admission refused it as %s", f.id, r)
+		}
 	}
 }
