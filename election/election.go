@@ -118,6 +118,8 @@ func (e *Election) start() {
 	e.clock.track(l, time.Now())
 	e.hub.publish(l)
 
+	// Made before the watcher starts: it pokes the membership goroutine.
+	e.seat.poke = make(chan struct{}, 1)
 	e.wg.Add(4)
 	go func() {
 		defer e.wg.Done()

@@ -49,7 +49,6 @@ func (e *Election) removedSince() time.Time {
 // ElectionTimeout, so that being added back is seen even when no leader
 // change announces it.
 func (e *Election) startMembership() {
-	e.seat.poke = make(chan struct{}, 1)
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()

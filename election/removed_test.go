@@ -44,7 +44,7 @@ func TestRemovedNodeKnows(t *testing.T) {
 		})
 	}()
 
-	onLeader(t, c, "RemoveServer("+f.id+")", func(nd *node) error { return nd.el.RemoveServer(ctx, f.id) })
+	removeOnLeader(t, c, f.id)
 	waitFor(t, f.id+" to learn it was removed", f.el.Removed)
 	select {
 	case err := <-leadErr:
@@ -120,4 +120,40 @@ func countLines(c *cluster, node, msg string) int {
 		}
 	}
 	return n
+}
+
+// removeOnLeader removes id on whichever node leads, again while it
+// answers ErrNotLeader. A leader that loses leadership after it appended
+// the change (raft's ErrLeadershipLost: it stepped down, say for lack of a
+// quorum's contact under load) answers ErrNotLeader although the change
+// may still commit: the next leader can have it in its log, and a retry
+// answers ErrUnknownServer. Such a change may never have reached id (raft
+// stops replicating to a removed server; see Removed: a node cut off while
+// it is removed cannot know), so removeOnLeader then adds id back and
+// removes it again, until one removal succeeds at once.
+func removeOnLeader(t *testing.T, c *cluster, id string) {
+	t.Helper()
+	ctx := context.Background()
+	for {
+		unknownOutcome := false
+		onLeader(t, c, "RemoveServer("+id+")", func(nd *node) error {
+			err := nd.el.RemoveServer(ctx, id)
+			switch {
+			case errors.Is(err, ErrNotLeader) && !hasServer(t, nd, id):
+				unknownOutcome = true
+			case unknownOutcome && errors.Is(err, ErrUnknownServer) && !hasServer(t, nd, id):
+				return nil
+			}
+			return err
+		})
+		if !unknownOutcome || !hasServer(t, c.byID(id), id) {
+			return // done, or id received the change and will know
+		}
+		t.Logf("RemoveServer(%s): its leader stepped down during the change; adding %s back to remove it again", id, id)
+		onLeader(t, c, "AddVoter("+id+") again", func(nd *node) error { return nd.el.AddVoter(ctx, id, id) })
+		waitFor(t, id+" to follow a leader again", func() bool {
+			n := c.byID(id)
+			return !n.el.Removed() && n.el.Status().LeaderID != "" && n.el.Status().LeaderID != id
+		})
+	}
 }
