@@ -582,6 +582,8 @@ func (a *admission) renewal(rpc raft.RPC) *RefusedError {
 	case !ok || s.Address != addr:
 		e.Reason, e.Detail = RefusedNotMember, "a role renewal from a server that is not a member at that address"
 		return e
+	case req.LastLogTerm > 1:
+		return e.malformed("a role renewal with unknown flags %#x", req.LastLogTerm)
 	}
 	return nil
 }

@@ -337,7 +337,10 @@ func gen(s *src, v View) Op {
 			op.Kind, op.Req = RequestPreVote, &raft.RequestPreVoteRequest{RPCHeader: h, Term: t, LastLogIndex: li, LastLogTerm: lt}
 			op.Name = fmt.Sprintf("RequestPreVote as %s term %d last %d/%d", who, t, li, lt)
 		}
-		op.MustRefuse = op.MustRefuse || lt > t
+		// A pre-vote of term 0 whose LastLogTerm is 0 or 1 is a role
+		// renewal (its flags), valid from a member at its address.
+		renewal := k == 2 && t == 0 && lt <= 1
+		op.MustRefuse = op.MustRefuse || (lt > t && !renewal)
 	case 3:
 		t := term(s, cur)
 		conf, ok := configuration(s, v)
