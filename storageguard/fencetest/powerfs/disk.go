@@ -309,14 +309,39 @@ func (d *Disk) Unmount() error {
 	return d.unmount()
 }
 
+// unmount unmounts the disk once killUsers has ended its users. A process
+// the kernel has not finished tearing down, or one that began using the
+// mount after the last look, makes the kernel answer EBUSY: its users are
+// ended again and the unmount retried, a bounded number of times, and a
+// final failure names who still uses the mount.
 func (d *Disk) unmount() error {
 	srv := d.server
-	if err := srv.Unmount(); err != nil {
-		return fmt.Errorf("powerfs: unmount %s: %w", d.dir, err)
+	var err error
+	for range 10 {
+		if err = srv.Unmount(); err == nil {
+			srv.Wait()
+			d.server = nil
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) {
+			break
+		}
+		d.killUsers(nil)
 	}
-	srv.Wait()
-	d.server = nil
-	return nil
+	return fmt.Errorf("powerfs: unmount %s (used by %v): %w", d.dir, d.users(), err)
+}
+
+// users lists the processes other than this one that use the mount.
+func (d *Disk) users() []int {
+	var pids []int
+	self := os.Getpid()
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid != self && uses(e.Name(), d.dir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // selfBusy fails if this process uses the mount.
@@ -368,9 +393,29 @@ func (d *Disk) killUsers(tracked map[int]bool) int {
 	return len(victims)
 }
 
-// alive reports whether pid exists and is not a zombie.
+// alive reports whether pid exists and any of its threads is neither a
+// zombie nor dead. A process whose main thread has exited is a zombie by
+// its own /proc/<pid>/stat while its other threads still run and still
+// hold its open files (the file table goes with the last thread), so every
+// thread is asked.
 func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	base := "/proc/" + strconv.Itoa(pid)
+	tasks, err := os.ReadDir(base + "/task")
+	if err != nil {
+		return statAlive(base + "/stat")
+	}
+	for _, t := range tasks {
+		if statAlive(base + "/task/" + t.Name() + "/stat") {
+			return true
+		}
+	}
+	return false
+}
+
+// statAlive reports whether the stat file at path names a state other
+// than zombie or dead.
+func statAlive(path string) bool {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return false
 	}
@@ -384,10 +429,26 @@ func alive(pid int) bool {
 }
 
 // uses reports whether the process pid has its working directory, an open
-// file or a mapped file under dir.
+// file or a mapped file under dir. Each thread is asked too: once the main
+// thread has exited, its own entries are empty while the others still hold
+// the files.
 func uses(pid, dir string) bool {
-	under := func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 	base := "/proc/" + pid
+	if usesAt(base, dir) {
+		return true
+	}
+	tasks, _ := os.ReadDir(base + "/task")
+	for _, t := range tasks {
+		if t.Name() != pid && usesAt(base+"/task/"+t.Name(), dir) {
+			return true
+		}
+	}
+	return false
+}
+
+// usesAt looks at one /proc entry, a process's or a thread's.
+func usesAt(base, dir string) bool {
+	under := func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 	if p, err := os.Readlink(base + "/cwd"); err == nil && under(p) {
 		return true
 	}
