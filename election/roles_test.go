@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -366,27 +367,42 @@ func TestRolesPartitionedHolderStopsFirst(t *testing.T) {
 	}
 }
 
-// slowClock is a role clock that runs at 1/div of real time: a member whose
-// lease, on that clock, outlives what the leader counts.
-func slowClock(div time.Duration) func() time.Duration {
-	base := time.Now()
-	return func() time.Duration { return time.Since(base) / div }
+// stoppableClock is a role clock that runs with real time until stop is
+// called and then stands still: a member whose clock lies as far as a clock
+// can. Standing still, rather than running slow, makes the lie independent
+// of how long the machine takes to reassign: a slow clock's lease still
+// lapses once enough real time passes, which a loaded machine can reach.
+type stoppableClock struct {
+	base    time.Time
+	stopped atomic.Int64 // the reading it stands at, plus one; 0 while running
 }
 
-// TestRolesLyingClockFenced: a member whose clock runs twenty times slow is
-// cut off; its lease never lapses in time, so it still believes it holds
-// its roles after the leader gave them to others (the overlap the clock
-// assumption excludes, which the checker records instead of failing). Only
-// the fence saves the writes (R7): once the new owner wrote a role's
-// resource with its role epoch, every write of the old owner is refused as
-// stale, and the store never accepts an older grant after a newer one.
+func newStoppableClock() *stoppableClock { return &stoppableClock{base: time.Now()} }
+
+func (c *stoppableClock) now() time.Duration {
+	if at := c.stopped.Load(); at != 0 {
+		return time.Duration(at - 1)
+	}
+	return time.Since(c.base)
+}
+
+func (c *stoppableClock) stop() { c.stopped.CompareAndSwap(0, int64(time.Since(c.base))+1) }
+
+// TestRolesLyingClockFenced: a member whose clock stops is cut off; its
+// lease never lapses, so it still believes it holds its roles after the
+// leader gave them to others (the overlap the clock assumption excludes,
+// which the checker records instead of failing). Only the fence saves the
+// writes (R7): once the new owner wrote a role's resource with its role
+// epoch, every write of the old owner is refused as stale, and the store
+// never accepts an older grant after a newer one.
 func TestRolesLyingClockFenced(t *testing.T) {
 	roles := roleNames(12)
 	liar := "n3"
+	clock := newStoppableClock()
 	c, rc := newRoleCluster(t, 3, func(nd *node, cfg *Config) {
 		withRoles(roles, 4*testHT)(nd, cfg)
 		if nd.id == liar {
-			cfg.roleClock = slowClock(20)
+			cfg.roleClock = clock.now
 		}
 	})
 	rc.mu.Lock()
@@ -402,6 +418,7 @@ func TestRolesLyingClockFenced(t *testing.T) {
 		}
 	}
 	slices.Sort(lost)
+	clock.stop()
 	v.net.Isolate()
 	newOwners := settled(t, c, roles, without(all, liar)...)
 	stillHeld := v.el.HeldRoles()
