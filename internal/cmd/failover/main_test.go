@@ -84,9 +84,12 @@ func TestRunAllScenarios(t *testing.T) {
 		if len(r.SamplesMS) != p.rounds {
 			t.Errorf("%s %s: %d samples, want %d", r.System, r.Scenario, len(r.SamplesMS), p.rounds)
 		}
+		// A sample is a measured figure, not a verdict: on a loaded
+		// machine it can take many heartbeats. It must be positive and
+		// within the time the run waited for it.
 		for _, s := range r.SamplesMS {
-			if s <= 0 || s > 30*ms(ht) {
-				t.Errorf("%s %s: sample %v ms", r.System, r.Scenario, s)
+			if s <= 0 || s > ms(p.settleTimeout) {
+				t.Errorf("%s %s: sample %v ms, want within (0, %v]", r.System, r.Scenario, s, p.settleTimeout)
 			}
 		}
 		if r.Scenario != scHandover {
