@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/termfence/termfence/storageguard/objectfence"
+	"github.com/termfence/termfence/objectfence"
 )
 
 // BenchmarkPut compares, on the same versitygw server, a plain PutObject of
@@ -22,7 +22,7 @@ import (
 // three alike; it reports the median latency of each and the ratios of the
 // medians. docs/PERFORMANCE.md has the figures.
 //
-//	go test -run '^$' -bench BenchmarkPut -benchtime 300x ./storageguard/objectfence/
+//	go test -run '^$' -bench BenchmarkPut -benchtime 300x ./objectfence/
 func BenchmarkPut(b *testing.B) {
 	ctx := context.Background()
 	e := ep("c", 1, "a")
