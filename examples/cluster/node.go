@@ -298,10 +298,8 @@ func (n *node) shutdown() error {
 		rctx, cancel := context.WithTimeout(context.Background(), 4*n.cfg.Heartbeat)
 		if err := n.el.Resign(rctx); err != nil {
 			n.log.Warn("shutdown: could not hand leadership over", "error", err)
-		} else if l, err := n.el.WaitLeader(rctx); err == nil {
-			n.log.Info("shutdown: handed leadership over", "leader", l.LeaderID)
 		} else {
-			n.log.Info("shutdown: handed leadership over; the next leader is not known here yet")
+			n.handedOver(rctx, "shutdown")
 		}
 		cancel()
 	}
@@ -492,6 +490,21 @@ func (n *node) nodeURL(addr string) string {
 		return strings.TrimRight(addr, "/")
 	}
 	return n.scheme + "://" + addr
+}
+
+// handedOver waits, within ctx, for the leader that follows this node's
+// handover (by shutdown, /resign or /transfer: how), logs it and returns
+// its ID and HTTP address; both are "" when no leader is known by then.
+// Right after a handover this node knows no leader until the new one's
+// first heartbeat, so the leader it knows at once is nobody.
+func (n *node) handedOver(ctx context.Context, how string) (id, httpAddr string) {
+	l, err := n.el.WaitLeader(ctx)
+	if err != nil {
+		n.log.Info(how+": handed leadership over; the next leader is not known here yet", "error", err)
+		return "", ""
+	}
+	n.log.Info(how+": handed leadership over", "leader", l.LeaderID)
+	return l.LeaderID, l.LeaderMeta
 }
 
 // leaderInfo returns the leader this node knows of and its HTTP address.

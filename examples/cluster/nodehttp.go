@@ -171,8 +171,9 @@ func (n *node) handleWrite(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(a.Body)
 }
 
-// handleResign hands leadership to another voter. On a follower it does
-// nothing.
+// handleResign hands leadership to another voter and answers with the next
+// leader. On a follower it does nothing and answers with the leader it
+// knows.
 func (n *node) handleResign(w http.ResponseWriter, r *http.Request) {
 	_, errEp := n.el.Epoch()
 	wasLeader := errEp == nil || n.el.Status().State == raft.Leader
@@ -183,6 +184,11 @@ func (n *node) handleResign(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, h := n.leaderInfo()
+	if wasLeader {
+		wctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+		defer cancel()
+		id, h = n.handedOver(wctx, "resign")
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "was_leader": wasLeader, "leader": id, "leader_http": h})
 }
 
@@ -245,40 +251,58 @@ type idRequest struct {
 	ID string `json:"id"`
 }
 
-// handleTransfer hands leadership to a named voter.
+// handleTransfer hands leadership to a named voter and answers with the
+// next leader (that voter, unless leadership moved on again meanwhile).
+// Naming the leader itself changes nothing.
 func (n *node) handleTransfer(w http.ResponseWriter, r *http.Request) {
-	n.adminByID(w, r, "transfer", n.el.TransferTo)
+	target, ok := n.adminByID(w, r, "transfer", n.el.TransferTo)
+	if !ok {
+		return
+	}
+	id, h := n.leaderInfo()
+	if target != n.cfg.ID {
+		ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+		defer cancel()
+		id, h = n.handedOver(ctx, "transfer")
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "leader": id, "leader_http": h})
 }
 
 // handleRemove removes a member from the cluster: 404 for an ID that is
 // not a member, 409 for the last voter (a cluster without voters can never
 // elect again); election.RemoveServer refuses both.
 func (n *node) handleRemove(w http.ResponseWriter, r *http.Request) {
-	n.adminByID(w, r, "remove", n.el.RemoveServer)
+	if _, ok := n.adminByID(w, r, "remove", n.el.RemoveServer); !ok {
+		return
+	}
+	id, h := n.leaderInfo()
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "leader": id, "leader_http": h})
 }
 
-func (n *node) adminByID(w http.ResponseWriter, r *http.Request, op string, fn func(context.Context, string) error) {
+// adminByID reads an idRequest and runs fn on its ID. On any failure it
+// answers the request itself and returns ok false; on success the caller
+// answers.
+func (n *node) adminByID(w http.ResponseWriter, r *http.Request, op string, fn func(context.Context, string) error) (id string, ok bool) {
 	var req idRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "node: "+op+": "+err.Error())
-		return
+		return "", false
 	}
 	if err := epoch.ValidateName(req.ID); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: %s: id %q: %v", op, req.ID, err))
-		return
+		return "", false
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
 	defer cancel()
 	if err := fn(ctx, req.ID); err != nil {
 		if errors.Is(err, election.ErrNotLeader) {
 			n.notLeader(w)
-			return
+			return "", false
 		}
 		writeError(w, statusOf(err), "node: "+op+": "+err.Error())
-		return
+		return "", false
 	}
-	id, h := n.leaderInfo()
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "leader": id, "leader_http": h})
+	return req.ID, true
 }
 
 // statusOf maps an election error to an HTTP status.
