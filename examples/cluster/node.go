@@ -339,73 +339,30 @@ func (n *node) writeLoop(ctx context.Context) {
 	}
 }
 
-// leadWrites writes under one epoch. The token is signed once, when the
-// epoch is taken, like Kleppmann's lock holder with its token.
+// leadWrites writes under one epoch (writeUnder, in nodewrite.go). The
+// token is signed once, when the epoch is taken, like Kleppmann's lock
+// holder with its token.
 //
 // It deliberately behaves like Kleppmann's paused process: when it learns
-// that its epoch is gone (lctx ends) it makes one more write with the token
-// it holds before it stops. A process frozen anywhere in its loop (SIGSTOP,
-// a GC pause, a VM migration) learns of its deposition only after it
-// resumes, and a write it had already decided on then reaches the store
-// late; this writer makes that late write every time, so the fence's
-// refusal is observable on every pause, not only when the pause happens to
-// land between its check and its write. Writes run under the process's
-// context, not lctx: cancelling lctx is a notice that arrives after the
-// fact, and the store's fence is what makes the late write harmless. A
-// refusal (409) ends the writer at once; a leader that lost its epoch
-// without a successor writing yet gets its last write accepted, which is
-// correct — the store has seen no newer epoch.
+// that its epoch is gone (lctx ends) it has made, or makes at its next
+// tick, one last write with the token it holds, and stops. A process
+// frozen anywhere in its loop (SIGSTOP, a GC pause, a VM migration) learns
+// of its deposition only after it resumes, and a write it had already
+// decided on then reaches the store late; this writer makes one such late
+// write every time — the write due when it wakes — so the fence's refusal
+// is observable on every pause, not only when the pause happens to land
+// between its check and its write, and an -unfenced store loses one update
+// per pause, not two. Writes run under the process's context, not lctx:
+// cancelling lctx is a notice that arrives after the fact, and the store's
+// fence is what makes the late write harmless. A refusal (409) ends the
+// writer at once; a leader that lost its epoch without a successor writing
+// yet gets its last write accepted, which is correct — the store has seen
+// no newer epoch.
 //
 // It returns nil in every case, so election.Lead never resigns on its
 // behalf: a refusal stops the writer until this node's next epoch.
 func (n *node) leadWrites(ctx, lctx context.Context, ep epoch.Epoch) error {
-	tok, err := n.cfg.codec.Sign(ep)
-	if err != nil {
-		return fmt.Errorf("sign %s: %w", ep, err)
-	}
-	tick := time.NewTicker(n.cfg.WriteEvery)
-	defer tick.Stop()
-	lost := false
-	for i := 1; ; i++ {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return nil
-		}
-		value := fmt.Sprintf("%s@%d#%d", n.cfg.ID, ep.Term, i)
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		a, err := n.store.write(wctx, tok, writeRequest{Resource: n.cfg.Resource, Value: value})
-		cancel()
-		switch {
-		case err != nil:
-			n.metrics.writeErrors.Inc()
-			n.log.Warn("write: no answer from the store", "epoch", ep.String(), "error", err)
-		case a.Accepted():
-			n.metrics.writesAccepted.Inc()
-			n.log.Debug("write accepted", "epoch", ep.String(), "value", value)
-		case a.Refused():
-			n.metrics.writesRefused.Inc()
-			// A 409 means the store has seen a newer epoch: a newer leader
-			// exists, and Raft is telling this node (or soon will). Stop
-			// writing under this epoch but do not resign: if the store
-			// remembers terms from an earlier incarnation of the cluster,
-			// every leader would be refused, and resigning would only make
-			// leadership cycle. 401/403 is misconfiguration (the key).
-			n.log.Warn("write REFUSED by the store: stopping writes under this epoch",
-				"epoch", ep.String(), "status", a.Status, "reason", a.Reason())
-			return nil
-		default:
-			n.metrics.writeErrors.Inc()
-			n.log.Warn("write failed at the store", "epoch", ep.String(), "status", a.Status, "reason", a.Reason())
-		}
-		if lost {
-			return nil
-		}
-		if lctx.Err() != nil {
-			lost = true
-			n.log.Info("epoch lost; one last write with the old token, as a paused process would", "epoch", ep.String())
-		}
-	}
+	return n.writeUnder(ctx, lctx, ep, writer{resource: n.cfg.Resource, every: n.cfg.WriteEvery, log: n.log, what: "write", held: "epoch"})
 }
 
 // joinLoop asks the cluster to add this node as a voter, through the node

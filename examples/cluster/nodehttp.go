@@ -129,46 +129,12 @@ func (n *node) handleWrite(w http.ResponseWriter, r *http.Request) {
 		n.notLeader(w)
 		return
 	}
-	var req writeRequest
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "node: "+err.Error())
-		return
-	}
-	if n.store == nil {
-		writeError(w, http.StatusServiceUnavailable, "node: no -store configured")
-		return
-	}
-	if req.Resource == "" {
-		req.Resource = n.cfg.Resource
-	}
-	tok, err := n.cfg.codec.Sign(ep)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "node: sign epoch: "+err.Error())
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	a, err := n.store.write(ctx, tok, req)
-	if err != nil {
-		n.metrics.writeErrors.Inc()
-		writeError(w, http.StatusBadGateway, "node: "+err.Error())
-		return
-	}
-	switch {
-	case a.Accepted():
-		n.metrics.writesAccepted.Inc()
-	case a.Refused():
-		n.metrics.writesRefused.Inc()
-	default:
-		n.metrics.writeErrors.Inc()
-	}
-	// The token stays here: the answer is the store's, without it. A node
-	// that handed its signed token to whoever asks would let any client of
-	// its API write to the store as this leader, around this node, for as
-	// long as the epoch is the newest.
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(a.Status)
-	_, _ = w.Write(a.Body)
+	n.forwardWrite(w, r, ep, func(asked string) string {
+		if asked == "" {
+			return n.cfg.Resource
+		}
+		return asked
+	})
 }
 
 // handleResign hands leadership to another voter and answers with the next

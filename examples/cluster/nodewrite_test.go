@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/termfence/termfence/epoch"
+)
+
+// TestWriterMakesOneLateWrite: the -write-every writer, once its epoch is
+// gone, makes exactly one more write with its old token and stops — as a
+// paused process would, and as README.md counts on an -unfenced store
+// (one lost update per pause). Both ways it can learn it: before a tick
+// (a resign between writes; the next tick's write is the last) and during
+// a write (a paused process woken: the write due when it woke is the
+// last). The store accepts everything, as an -unfenced one does.
+func TestWriterMakesOneLateWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		lostAtWrite int // the write during which lctx ends; 0: before the first
+	}{
+		{"lost between writes", 0},
+		{"lost during a write", 1},
+		{"lost during a later write", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lctx, lose := context.WithCancel(context.Background())
+			defer lose()
+			if tc.lostAtWrite == 0 {
+				lose()
+			}
+			var mu sync.Mutex
+			writes := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				mu.Lock()
+				writes++
+				if writes == tc.lostAtWrite {
+					lose()
+				}
+				mu.Unlock()
+				writeJSON(w, http.StatusOK, writeReply{OK: true})
+			}))
+			defer srv.Close()
+			codec, err := epoch.NewHMAC(newKey())
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := &node{cfg: nodeConfig{ID: "n1", codec: codec}, metrics: newNodeMetrics(),
+				store: newStoreClient(srv.URL, srv.Client())}
+			ep := epoch.Epoch{Cluster: "demo", Term: 2, Leader: "n1"}
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			done := make(chan error, 1)
+			go func() {
+				done <- n.writeUnder(context.Background(), lctx, ep, writer{resource: "register", every: time.Millisecond, log: log, what: "write", held: "epoch"})
+			}()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			want := max(tc.lostAtWrite, 1)
+			if writes != want {
+				t.Errorf("the writer made %d writes, want %d: the last one with the old token, then none", writes, want)
+			}
+		})
+	}
+}
