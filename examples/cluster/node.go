@@ -344,20 +344,20 @@ func (n *node) writeLoop(ctx context.Context) {
 // holder with its token.
 //
 // It deliberately behaves like Kleppmann's paused process: when it learns
-// that its epoch is gone (lctx ends) it has made, or makes at its next
-// tick, one last write with the token it holds, and stops. A process
-// frozen anywhere in its loop (SIGSTOP, a GC pause, a VM migration) learns
-// of its deposition only after it resumes, and a write it had already
-// decided on then reaches the store late; this writer makes one such late
-// write every time — the write due when it wakes — so the fence's refusal
-// is observable on every pause, not only when the pause happens to land
-// between its check and its write, and an -unfenced store loses one update
-// per pause, not two. Writes run under the process's context, not lctx:
-// cancelling lctx is a notice that arrives after the fact, and the store's
-// fence is what makes the late write harmless. A refusal (409) ends the
-// writer at once; a leader that lost its epoch without a successor writing
-// yet gets its last write accepted, which is correct — the store has seen
-// no newer epoch.
+// that its epoch is gone (lctx ends) it makes one more write with the token
+// it holds before it stops. A process frozen anywhere in its loop (SIGSTOP,
+// a GC pause, a VM migration) learns of its deposition only after it
+// resumes, and a write it had already decided on then reaches the store
+// late; this writer makes that late write every time, so the fence's
+// refusal is observable on every pause, not only when the pause happens to
+// land between its check and its write. (A writer woken from a pause
+// between writes makes two: the one due when it woke, before Raft told it,
+// and that last one. An -unfenced store counts both as lost updates.)
+// Writes run under the process's context, not lctx: cancelling lctx is a
+// notice that arrives after the fact, and the store's fence is what makes
+// the late write harmless. A refusal (409) ends the writer at once; a
+// leader that lost its epoch without a successor writing yet gets its last
+// write accepted, which is correct — the store has seen no newer epoch.
 //
 // It returns nil in every case, so election.Lead never resigns on its
 // behalf: a refusal stops the writer until this node's next epoch.

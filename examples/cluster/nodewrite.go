@@ -82,10 +82,12 @@ type writer struct {
 // writeUnder writes a counter to w.resource every w.every under ep, with a
 // token signed once, when ep was taken, like Kleppmann's lock holder with
 // its token. It stops when ctx ends, at the store's first refusal (409: a
-// newer epoch was seen), or after the first write it made once lctx had
-// ended: when it learns its epoch is gone it has made, or at its next tick
-// makes, one last write with the token it holds, as a paused process
-// would (see leadWrites). Writes run under ctx, not lctx.
+// newer epoch was seen), or once it has learned that its epoch is gone
+// (lctx ended) and made one more write with the token it holds, as a
+// paused process would (see leadWrites). The write it makes when it learns
+// may have been sent before the pause that cost the epoch, and have landed
+// before the successor's; the one after it is always late. Writes run
+// under ctx, not lctx.
 //
 // It returns nil in every case but a signing error, so election.Lead and
 // LeadRole never resign on its behalf: a refusal stops the writer until
@@ -97,6 +99,7 @@ func (n *node) writeUnder(ctx, lctx context.Context, ep epoch.Epoch, w writer) e
 	}
 	tick := time.NewTicker(w.every)
 	defer tick.Stop()
+	lost := false
 	for i := 1; ; i++ {
 		select {
 		case <-tick.C:
@@ -129,9 +132,12 @@ func (n *node) writeUnder(ctx, lctx context.Context, ep epoch.Epoch, w writer) e
 		default:
 			w.log.Warn(w.what+" failed at the store", "epoch", ep.String(), "status", a.Status, "reason", a.Reason())
 		}
-		if lctx.Err() != nil {
-			w.log.Info(w.held+" lost; that was the last write with its token, as a paused process makes one", "epoch", ep.String())
+		if lost {
 			return nil
+		}
+		if lctx.Err() != nil {
+			lost = true
+			w.log.Info(w.held+" lost; one last write with the old token, as a paused process would", "epoch", ep.String())
 		}
 	}
 }

@@ -13,14 +13,15 @@ import (
 	"github.com/termfence/termfence/epoch"
 )
 
-// TestWriterMakesOneLateWrite: the -write-every writer, once its epoch is
-// gone, makes exactly one more write with its old token and stops — as a
-// paused process would, and as README.md counts on an -unfenced store
-// (one lost update per pause). Both ways it can learn it: before a tick
-// (a resign between writes; the next tick's write is the last) and during
-// a write (a paused process woken: the write due when it woke is the
-// last). The store accepts everything, as an -unfenced one does.
-func TestWriterMakesOneLateWrite(t *testing.T) {
+// TestWriterLastWrite: the -write-every writer, once it learns its epoch
+// is gone, makes exactly one more write with its old token and stops: the
+// write always late, after the one that may have been in flight when the
+// epoch was lost (a process paused mid-write, whose write landed before its
+// successor's) — so a fenced store always gets a late write to refuse. It
+// can learn between writes (a resign, or a pause between writes: then the
+// write due when it wakes comes first) or during a write. The store
+// accepts everything, as an -unfenced one does.
+func TestWriterLastWrite(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		lostAtWrite int // the write during which lctx ends; 0: before the first
@@ -65,9 +66,9 @@ func TestWriterMakesOneLateWrite(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			want := max(tc.lostAtWrite, 1)
+			want := max(tc.lostAtWrite, 1) + 1
 			if writes != want {
-				t.Errorf("the writer made %d writes, want %d: the last one with the old token, then none", writes, want)
+				t.Errorf("the writer made %d writes, want %d: one more with the old token after it learned, then none", writes, want)
 			}
 		})
 	}
