@@ -176,10 +176,25 @@ const testHeartbeat = 300 * time.Millisecond
 // resumes it with SIGCONT. It returns the old leader, its epoch, the
 // successor's epoch, and how many writes the store had accepted under the
 // old epoch just before the resume.
+//
+// The node it stops must still hold the epoch it was found with: under
+// load leadership can move between reading the leader and the SIGSTOP, and
+// then the frozen node is not the epoch holder. So right before the signal
+// it asks the node again, and starts over (up to 10 times) when its epoch
+// changed.
 func (c *testCluster) pauseLeader() (old string, oldEp, nextEp epoch.Epoch, acceptedOld uint64) {
 	c.t.Helper()
-	old, oldEp = c.leader(0, "")
-	c.waitRecordBy(oldEp)
+	for attempt := 1; ; attempt++ {
+		old, oldEp = c.leader(0, "")
+		c.waitRecordBy(oldEp)
+		st, err := c.status(old)
+		if err == nil && st.Epoch == oldEp.String() {
+			break
+		}
+		if attempt == 10 {
+			c.t.Fatalf("the leader changed between finding it and stopping it, 10 times: %s held %s, now %+v %v", old, oldEp, st, err)
+		}
+	}
 
 	c.nodes[old].signal(syscall.SIGSTOP)
 	stopped := time.Now()
