@@ -49,12 +49,7 @@ func TestWriterLastWrite(t *testing.T) {
 				writeJSON(w, http.StatusOK, writeReply{OK: true})
 			}))
 			defer srv.Close()
-			codec, err := epoch.NewHMAC(newKey())
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := &node{cfg: nodeConfig{ID: "n1", codec: codec}, metrics: newNodeMetrics(),
-				store: newStoreClient(srv.URL, srv.Client())}
+			n := writerNode(t, srv)
 			ep := epoch.Epoch{Cluster: "demo", Term: 2, Leader: "n1"}
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
 			done := make(chan error, 1)
@@ -88,12 +83,7 @@ func TestWriterShutdownQuiet(t *testing.T) {
 		<-r.Context().Done() // never answers; the client gives up
 	}))
 	defer srv.Close()
-	codec, err := epoch.NewHMAC(newKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &node{cfg: nodeConfig{ID: "n1", codec: codec}, metrics: newNodeMetrics(),
-		store: newStoreClient(srv.URL, srv.Client())}
+	n := writerNode(t, srv)
 	var logs lockedBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	done := make(chan error, 1)
@@ -109,4 +99,14 @@ func TestWriterShutdownQuiet(t *testing.T) {
 	if s := logs.String(); s != "" {
 		t.Errorf("a write cut off by shutdown was logged:\n%s", s)
 	}
+}
+
+// writerNode is a node n1, without Raft or HTTP API, whose store is srv.
+func writerNode(t *testing.T, srv *httptest.Server) *node {
+	t.Helper()
+	codec, err := epoch.NewHMAC(newKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &node{cfg: nodeConfig{ID: "n1", codec: codec}, metrics: newNodeMetrics(), store: newStoreClient(srv.URL, srv.Client())}
 }
