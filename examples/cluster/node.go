@@ -298,10 +298,8 @@ func (n *node) shutdown() error {
 		rctx, cancel := context.WithTimeout(context.Background(), 4*n.cfg.Heartbeat)
 		if err := n.el.Resign(rctx); err != nil {
 			n.log.Warn("shutdown: could not hand leadership over", "error", err)
-		} else if l, err := n.el.WaitLeader(rctx); err == nil {
-			n.log.Info("shutdown: handed leadership over", "leader", l.LeaderID)
 		} else {
-			n.log.Info("shutdown: handed leadership over; the next leader is not known here yet")
+			n.handedOver(rctx, "shutdown")
 		}
 		cancel()
 	}
@@ -341,8 +339,9 @@ func (n *node) writeLoop(ctx context.Context) {
 	}
 }
 
-// leadWrites writes under one epoch. The token is signed once, when the
-// epoch is taken, like Kleppmann's lock holder with its token.
+// leadWrites writes under one epoch (writeUnder, in nodewrite.go). The
+// token is signed once, when the epoch is taken, like Kleppmann's lock
+// holder with its token.
 //
 // It deliberately behaves like Kleppmann's paused process: when it learns
 // that its epoch is gone (lctx ends) it makes one more write with the token
@@ -351,63 +350,19 @@ func (n *node) writeLoop(ctx context.Context) {
 // resumes, and a write it had already decided on then reaches the store
 // late; this writer makes that late write every time, so the fence's
 // refusal is observable on every pause, not only when the pause happens to
-// land between its check and its write. Writes run under the process's
-// context, not lctx: cancelling lctx is a notice that arrives after the
-// fact, and the store's fence is what makes the late write harmless. A
-// refusal (409) ends the writer at once; a leader that lost its epoch
-// without a successor writing yet gets its last write accepted, which is
-// correct — the store has seen no newer epoch.
+// land between its check and its write. (A writer woken from a pause
+// between writes makes two: the one due when it woke, before Raft told it,
+// and that last one. An -unfenced store counts both as lost updates.)
+// Writes run under the process's context, not lctx: cancelling lctx is a
+// notice that arrives after the fact, and the store's fence is what makes
+// the late write harmless. A refusal (409) ends the writer at once; a
+// leader that lost its epoch without a successor writing yet gets its last
+// write accepted, which is correct — the store has seen no newer epoch.
 //
 // It returns nil in every case, so election.Lead never resigns on its
 // behalf: a refusal stops the writer until this node's next epoch.
 func (n *node) leadWrites(ctx, lctx context.Context, ep epoch.Epoch) error {
-	tok, err := n.cfg.codec.Sign(ep)
-	if err != nil {
-		return fmt.Errorf("sign %s: %w", ep, err)
-	}
-	tick := time.NewTicker(n.cfg.WriteEvery)
-	defer tick.Stop()
-	lost := false
-	for i := 1; ; i++ {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return nil
-		}
-		value := fmt.Sprintf("%s@%d#%d", n.cfg.ID, ep.Term, i)
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		a, err := n.store.write(wctx, tok, writeRequest{Resource: n.cfg.Resource, Value: value})
-		cancel()
-		switch {
-		case err != nil:
-			n.metrics.writeErrors.Inc()
-			n.log.Warn("write: no answer from the store", "epoch", ep.String(), "error", err)
-		case a.Accepted():
-			n.metrics.writesAccepted.Inc()
-			n.log.Debug("write accepted", "epoch", ep.String(), "value", value)
-		case a.Refused():
-			n.metrics.writesRefused.Inc()
-			// A 409 means the store has seen a newer epoch: a newer leader
-			// exists, and Raft is telling this node (or soon will). Stop
-			// writing under this epoch but do not resign: if the store
-			// remembers terms from an earlier incarnation of the cluster,
-			// every leader would be refused, and resigning would only make
-			// leadership cycle. 401/403 is misconfiguration (the key).
-			n.log.Warn("write REFUSED by the store: stopping writes under this epoch",
-				"epoch", ep.String(), "status", a.Status, "reason", a.Reason())
-			return nil
-		default:
-			n.metrics.writeErrors.Inc()
-			n.log.Warn("write failed at the store", "epoch", ep.String(), "status", a.Status, "reason", a.Reason())
-		}
-		if lost {
-			return nil
-		}
-		if lctx.Err() != nil {
-			lost = true
-			n.log.Info("epoch lost; one last write with the old token, as a paused process would", "epoch", ep.String())
-		}
-	}
+	return n.writeUnder(ctx, lctx, ep, writer{resource: n.cfg.Resource, every: n.cfg.WriteEvery, log: n.log, what: "write", held: "epoch"})
 }
 
 // joinLoop asks the cluster to add this node as a voter, through the node
@@ -492,6 +447,21 @@ func (n *node) nodeURL(addr string) string {
 		return strings.TrimRight(addr, "/")
 	}
 	return n.scheme + "://" + addr
+}
+
+// handedOver waits, within ctx, for the leader that follows this node's
+// handover (by shutdown, /resign or /transfer: how), logs it and returns
+// its ID and HTTP address; both are "" when no leader is known by then.
+// Right after a handover this node knows no leader until the new one's
+// first heartbeat, so the leader it knows at once is nobody.
+func (n *node) handedOver(ctx context.Context, how string) (id, httpAddr string) {
+	l, err := n.el.WaitLeader(ctx)
+	if err != nil {
+		n.log.Info(how+": handed leadership over; the next leader is not known here yet", "error", err)
+		return "", ""
+	}
+	n.log.Info(how+": handed leadership over", "leader", l.LeaderID)
+	return l.LeaderID, l.LeaderMeta
 }
 
 // leaderInfo returns the leader this node knows of and its HTTP address.

@@ -62,40 +62,8 @@ func (n *node) startRoleWriters(ctx context.Context) {
 // write with it, as a paused process would; the store's fence refuses it
 // once the role's new owner wrote.
 func (n *node) roleWrites(ctx, lctx context.Context, r string, ep epoch.Epoch) error {
-	tok, err := n.cfg.codec.Sign(ep)
-	if err != nil {
-		return fmt.Errorf("sign %s: %w", ep, err)
-	}
-	tick := time.NewTicker(n.cfg.roles.writeEvery)
-	defer tick.Stop()
-	lost := false
-	for i := 1; ; i++ {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return nil
-		}
-		value := fmt.Sprintf("%s@%d#%d", n.cfg.ID, ep.Term, i)
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		a, err := n.store.write(wctx, tok, writeRequest{Resource: roleResource(r), Value: value})
-		cancel()
-		switch {
-		case err != nil:
-			n.log.Warn("role write: no answer from the store", "role", r, "epoch", ep.String(), "error", err)
-		case a.Refused():
-			n.log.Warn("role write REFUSED by the store: stopping writes under this grant", "role", r, "epoch", ep.String(), "status", a.Status, "reason", a.Reason())
-			return nil
-		case !a.Accepted():
-			n.log.Warn("role write failed at the store", "role", r, "epoch", ep.String(), "status", a.Status, "reason", a.Reason())
-		}
-		if lost {
-			return nil
-		}
-		if lctx.Err() != nil {
-			lost = true
-			n.log.Info("role lost; one last write with the old token, as a paused process would", "role", r, "epoch", ep.String())
-		}
-	}
+	return n.writeUnder(ctx, lctx, ep, writer{resource: roleResource(r), every: n.cfg.roles.writeEvery,
+		log: n.log.With("role", r), what: "role write", held: "grant"})
 }
 
 // roleStatus is the role part of GET /status.
@@ -136,29 +104,5 @@ func (n *node) handleRoleWrite(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	var req writeRequest
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "node: "+err.Error())
-		return
-	}
-	if n.store == nil {
-		writeError(w, http.StatusServiceUnavailable, "node: no -store configured")
-		return
-	}
-	req.Resource = roleResource(role)
-	tok, err := n.cfg.codec.Sign(ep)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "node: sign epoch: "+err.Error())
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	a, err := n.store.write(ctx, tok, req)
-	if err != nil {
-		writeError(w, http.StatusBadGateway, "node: "+err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(a.Status)
-	_, _ = w.Write(a.Body)
+	n.forwardWrite(w, r, ep, func(string) string { return roleResource(role) })
 }

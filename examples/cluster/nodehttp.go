@@ -129,50 +129,17 @@ func (n *node) handleWrite(w http.ResponseWriter, r *http.Request) {
 		n.notLeader(w)
 		return
 	}
-	var req writeRequest
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "node: "+err.Error())
-		return
-	}
-	if n.store == nil {
-		writeError(w, http.StatusServiceUnavailable, "node: no -store configured")
-		return
-	}
-	if req.Resource == "" {
-		req.Resource = n.cfg.Resource
-	}
-	tok, err := n.cfg.codec.Sign(ep)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "node: sign epoch: "+err.Error())
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	a, err := n.store.write(ctx, tok, req)
-	if err != nil {
-		n.metrics.writeErrors.Inc()
-		writeError(w, http.StatusBadGateway, "node: "+err.Error())
-		return
-	}
-	switch {
-	case a.Accepted():
-		n.metrics.writesAccepted.Inc()
-	case a.Refused():
-		n.metrics.writesRefused.Inc()
-	default:
-		n.metrics.writeErrors.Inc()
-	}
-	// The token stays here: the answer is the store's, without it. A node
-	// that handed its signed token to whoever asks would let any client of
-	// its API write to the store as this leader, around this node, for as
-	// long as the epoch is the newest.
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(a.Status)
-	_, _ = w.Write(a.Body)
+	n.forwardWrite(w, r, ep, func(asked string) string {
+		if asked == "" {
+			return n.cfg.Resource
+		}
+		return asked
+	})
 }
 
-// handleResign hands leadership to another voter. On a follower it does
-// nothing.
+// handleResign hands leadership to another voter and answers with the next
+// leader. On a follower it does nothing and answers with the leader it
+// knows.
 func (n *node) handleResign(w http.ResponseWriter, r *http.Request) {
 	_, errEp := n.el.Epoch()
 	wasLeader := errEp == nil || n.el.Status().State == raft.Leader
@@ -183,6 +150,11 @@ func (n *node) handleResign(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, h := n.leaderInfo()
+	if wasLeader {
+		wctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+		defer cancel()
+		id, h = n.handedOver(wctx, "resign")
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "was_leader": wasLeader, "leader": id, "leader_http": h})
 }
 
@@ -245,40 +217,58 @@ type idRequest struct {
 	ID string `json:"id"`
 }
 
-// handleTransfer hands leadership to a named voter.
+// handleTransfer hands leadership to a named voter and answers with the
+// next leader (that voter, unless leadership moved on again meanwhile).
+// Naming the leader itself changes nothing.
 func (n *node) handleTransfer(w http.ResponseWriter, r *http.Request) {
-	n.adminByID(w, r, "transfer", n.el.TransferTo)
+	target, ok := n.adminByID(w, r, "transfer", n.el.TransferTo)
+	if !ok {
+		return
+	}
+	id, h := n.leaderInfo()
+	if target != n.cfg.ID {
+		ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+		defer cancel()
+		id, h = n.handedOver(ctx, "transfer")
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "leader": id, "leader_http": h})
 }
 
 // handleRemove removes a member from the cluster: 404 for an ID that is
 // not a member, 409 for the last voter (a cluster without voters can never
 // elect again); election.RemoveServer refuses both.
 func (n *node) handleRemove(w http.ResponseWriter, r *http.Request) {
-	n.adminByID(w, r, "remove", n.el.RemoveServer)
+	if _, ok := n.adminByID(w, r, "remove", n.el.RemoveServer); !ok {
+		return
+	}
+	id, h := n.leaderInfo()
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "leader": id, "leader_http": h})
 }
 
-func (n *node) adminByID(w http.ResponseWriter, r *http.Request, op string, fn func(context.Context, string) error) {
+// adminByID reads an idRequest and runs fn on its ID. On any failure it
+// answers the request itself and returns ok false; on success the caller
+// answers.
+func (n *node) adminByID(w http.ResponseWriter, r *http.Request, op string, fn func(context.Context, string) error) (id string, ok bool) {
 	var req idRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "node: "+op+": "+err.Error())
-		return
+		return "", false
 	}
 	if err := epoch.ValidateName(req.ID); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: %s: id %q: %v", op, req.ID, err))
-		return
+		return "", false
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
 	defer cancel()
 	if err := fn(ctx, req.ID); err != nil {
 		if errors.Is(err, election.ErrNotLeader) {
 			n.notLeader(w)
-			return
+			return "", false
 		}
 		writeError(w, statusOf(err), "node: "+op+": "+err.Error())
-		return
+		return "", false
 	}
-	id, h := n.leaderInfo()
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "leader": id, "leader_http": h})
+	return req.ID, true
 }
 
 // statusOf maps an election error to an HTTP status.

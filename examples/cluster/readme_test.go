@@ -96,3 +96,18 @@ func TestReadmeCommandsStayInRunFolder(t *testing.T) {
 		t.Errorf("README does not record the PIDs of the processes it starts")
 	}
 }
+
+// TestReadmeTableListsEveryScenario: README.md's table of scenarios has a
+// row for every scenario `-scenario list` prints (a new user runs the list
+// and looks each one up).
+func TestReadmeTableListsEveryScenario(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range scenarios {
+		if !strings.Contains(string(b), "\n| `"+s.name+"` ") {
+			t.Errorf("README.md's scenario table has no row for -scenario %s", s.name)
+		}
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -289,31 +288,21 @@ func (n *nemesis) pause(ctx context.Context, d time.Duration) error {
 		}
 	}
 	nd := n.c.nodes[li]
-	for _, p := range race {
-		p.sendBody()
-		spin(25 * time.Microsecond)
-	}
-	if err := nd.proc.signal(syscall.SIGSTOP); err != nil {
-		return err
-	}
-	inflight := 0
-	for _, p := range append(race, held...) {
-		if !p.done {
-			inflight++
-		}
-	}
-	n.logf("fault %d: SIGSTOP leader %s for %v with %d pinned writes in flight", n.faults+1, nd.id, d.Round(time.Millisecond), inflight)
-	sleepCtx(ctx, d)
-	for _, p := range held {
-		p.sendBody()
-	}
-	if err := nd.proc.signal(syscall.SIGCONT); err != nil {
-		return err
-	}
 	var outcomes []string
-	for _, p := range append(race, held...) {
-		p.finish(n.w, true)
+	err = n.pinnedStop(nd, race, held, func() {
+		inflight := 0
+		for _, p := range append(race, held...) {
+			if !p.done {
+				inflight++
+			}
+		}
+		n.logf("fault %d: SIGSTOP leader %s for %v with %d pinned writes in flight", n.faults+1, nd.id, d.Round(time.Millisecond), inflight)
+		sleepCtx(ctx, d)
+	}, func(p *pinned) {
 		outcomes = append(outcomes, fmt.Sprintf("%v@%d", p.op.Outcome, p.op.Term))
+	})
+	if err != nil {
+		return err
 	}
 	n.logf("  pinned writes via %s: %v", nd.id, outcomes)
 	return nil

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -295,37 +294,24 @@ func (n *nemesis) pauseRoleOwner(ctx context.Context, pick int, d time.Duration)
 		}
 	}
 	nd := n.c.nodes[vi]
-	for _, p := range race {
-		p.sendBody()
-		spin(25 * time.Microsecond)
-	}
-	if err := nd.proc.signal(syscall.SIGSTOP); err != nil {
-		return err
-	}
-	n.logf("fault %d: SIGSTOP role owner %s (roles %s) for %v", n.faults+1, nd.id, strings.Join(roles, " "), d.Round(time.Millisecond))
-	sleepCtx(ctx, d)
-	// The whole pause stays below roleMaxPause: the node's store request,
-	// begun before the pause for a racing write, times out 5 s after the
-	// request arrived (a 502 while the store is up, which the checker
-	// counts).
-	moved := n.waitRolesMoved(ctx, before, max(0, roleMaxPause-d))
-	for _, p := range held {
-		if !p.done {
-			_ = p.conn.SetDeadline(time.Now().Add(n.cfg.WriteTimeout)) // the pause may outlast the deadline set at open
-		}
-		p.sendBody()
-	}
-	if err := nd.proc.signal(syscall.SIGCONT); err != nil {
-		return err
-	}
-	n.logf("  SIGCONT %s after %v; roles moved and written by their new owners: %t", nd.id, (d + moved).Round(time.Millisecond), moved >= 0)
 	var outcomes []string
-	for _, p := range append(race, held...) {
-		p.finish(n.w, true)
+	err := n.pinnedStop(nd, race, held, func() {
+		n.logf("fault %d: SIGSTOP role owner %s (roles %s) for %v", n.faults+1, nd.id, strings.Join(roles, " "), d.Round(time.Millisecond))
+		sleepCtx(ctx, d)
+		// The whole pause stays below roleMaxPause: the node's store
+		// request, begun before the pause for a racing write, times out
+		// 5 s after the request arrived (a 502 while the store is up,
+		// which the checker counts).
+		moved := n.waitRolesMoved(ctx, before, max(0, roleMaxPause-d))
+		n.logf("  SIGCONT %s after %v; roles moved and written by their new owners: %t", nd.id, (d + moved).Round(time.Millisecond), moved >= 0)
+	}, func(p *pinned) {
 		outcomes = append(outcomes, fmt.Sprintf("%s:%v@%d", strings.TrimPrefix(p.op.Resource, roleResourcePrefix), p.op.Outcome, p.op.Term))
 		if op := n.w.read(ctx, roleClientBase+450, p.op.Resource); op.Outcome != ReadFailed {
 			n.w.rec.Add(op)
 		}
+	})
+	if err != nil {
+		return err
 	}
 	n.logf("  pinned role writes via %s: %v", nd.id, outcomes)
 	return nil

@@ -26,7 +26,11 @@
 // the outage the folded lines below report; "failed to contact quorum of
 // nodes, stepping down" stays a warning), and a follower's "heartbeat timeout
 // reached, starting election" when it knew no leader before (a fresh or
-// restarted node's first election, not a lost leader).
+// restarted node's first election, not a lost leader). So is a follower
+// catching up with the leader's log ("appendEntries rejected, sending older
+// logs", "failed to get previous log" for an entry it does not have yet,
+// "previous log term mis-match", "clearing log suffix"): every follower that
+// was stopped, paused or behind logs them once or a few times.
 //
 // A leader's errors about one unreachable follower, repeated every few
 // heartbeats for as long as it is away (about 140 lines a minute at a 1 s
@@ -181,7 +185,34 @@ func demote(lv slog.Level, msg string, args []any) slog.Level {
 	if msg == "peer has newer term, stopping replication" {
 		return LevelInfo
 	}
+	if catchUp(msg, args) {
+		return LevelInfo
+	}
 	return lv
+}
+
+// catchUp reports whether a raft warning is log replication finding where
+// a follower's log and the leader's meet: the leader's "appendEntries
+// rejected, sending older logs", and the follower's "failed to get previous
+// log" (an entry it does not have yet: raft.ErrLogNotFound), "previous log
+// term mis-match" and "clearing log suffix" (entries of a deposed leader's
+// term that were never committed). Each follower that was stopped, paused,
+// cut off or simply behind a new leader's first append logs them once or a
+// few times as it catches up: how Raft works, not a fault. A "failed to get
+// previous log" with any other error (the log store failing) stays a
+// warning.
+func catchUp(msg string, args []any) bool {
+	switch msg {
+	case "appendEntries rejected, sending older logs", "previous log term mis-match", "clearing log suffix":
+		return true
+	case "failed to get previous log":
+		for i := 1; i < len(args); i += 2 {
+			if err, ok := args[i].(error); ok {
+				return errors.Is(err, raft.ErrLogNotFound)
+			}
+		}
+	}
+	return false
 }
 
 // lastLeaderUnknown reports whether raft's "heartbeat timeout reached"

@@ -106,3 +106,33 @@ func TestDemotions(t *testing.T) {
 type failingReader struct{ err error }
 
 func (f failingReader) Read([]byte) (int, error) { return 0, f.err }
+
+// TestLogCatchUpNotWarn: log replication finding where a follower's log
+// meets the leader's — what every follower that was stopped, paused or
+// behind logs as it catches up, on a healthy cluster — is logged below Info,
+// with raft's messages and arguments as hashicorp/raft v1.7.2 logs them
+// (seen at WARN in the example cluster's walkthrough, once per node coming
+// back); the same follower message with an error other than "log not
+// found" (the log store failing) stays a warning.
+func TestLogCatchUpNotWarn(t *testing.T) {
+	var b bytes.Buffer
+	l := New(slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{Level: LevelInfo})), "raft")
+	peer := raft.Server{Suffrage: raft.Voter, ID: "n2", Address: "127.0.0.1:7102"}
+	l.Warn("appendEntries rejected, sending older logs", "peer", peer, "next", uint64(13))
+	l.Warn("failed to get previous log", "previous-index", uint64(14), "last-index", uint64(12), "error", raft.ErrLogNotFound)
+	l.Warn("previous log term mis-match", "ours", uint64(3), "remote", uint64(4))
+	l.Warn("clearing log suffix", "from", uint64(13), "to", uint64(14))
+	l.Warn("failed to get previous log", "previous-index", uint64(14), "last-index", uint64(12), "error", errors.New("bolt: disk I/O error"))
+	got := records(t, &b)
+	if len(got) != 5 {
+		t.Fatalf("got %d records, want 5: %v", len(got), got)
+	}
+	for _, r := range got[:4] {
+		if r["level"] != "DEBUG+2" {
+			t.Errorf("catching up logged at %v, want DEBUG+2 (raft's Info): %v", r["level"], r)
+		}
+	}
+	if got[4]["level"] != "WARN" {
+		t.Errorf("a log store failing to read an entry logged at %v, want WARN: %v", got[4]["level"], got[4])
+	}
+}
