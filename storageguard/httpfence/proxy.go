@@ -27,8 +27,10 @@ import (
 const DefaultProxyTimeout = 30 * time.Second
 
 // writeGrace is how much longer than ProxyConfig.Timeout the client's
-// connection may take to accept the response: time to write the 504 of a
-// backend that did not answer in time to a client that reads.
+// connection may take to accept the response, and how long it has to
+// accept the proxy's own answer to a failed backend exchange, counted from
+// when the proxy writes it: time to write the 504 of a backend that did not
+// answer in time to a client that reads, however late the proxy got to it.
 const writeGrace = 100 * time.Millisecond
 
 // ProxyConfig configures a fencing proxy. The zero value is valid: one
@@ -384,6 +386,11 @@ func backendError(w http.ResponseWriter, r *http.Request, err error) {
 		status, code = http.StatusGatewayTimeout, "backend_timeout"
 	}
 	body := Refusal{Code: code, Error: "httpfence: backend: " + err.Error()}
+	// The write deadline forward set ran from the backend's deadline; on a
+	// loaded machine the proxy may get here after it has passed, and the
+	// client would lose its answer (a reset instead of the 504). The grace
+	// runs from now: the answer is short, and the hold does not depend on it.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeGrace))
 	if a, ok := admissionFrom(r.Context()); ok {
 		body.Resource, body.Presented = a.resource, &a.ep
 	}

@@ -702,6 +702,34 @@ func testProxyBackendHangs(t *testing.T, std bool) {
 	}
 }
 
+// lateTransport answers every request only late after its context ended,
+// as the backend exchange does when the machine is loaded: the proxy gets
+// to its answer well after the timeout.
+type lateTransport struct{ late time.Duration }
+
+func (lt lateTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		r.Body.Close()
+	}
+	<-r.Context().Done()
+	time.Sleep(lt.late) // the injected lateness, not a wait for an event
+	return nil, r.Context().Err()
+}
+
+// TestProxyAnswersLateTimeout: a backend exchange that the proxy ends only
+// after its timeout and the write grace have both passed still gets its 504
+// to the client; the client's write deadline counts from the answer. Fails
+// when the deadline set at the start of the exchange still applies (the
+// client then reads a reset instead).
+func TestProxyAnswersLateTimeout(t *testing.T) {
+	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	e := newPxEnv(t, backend, httpfence.ProxyConfig{Timeout: 100 * time.Millisecond, Transport: lateTransport{late: 400 * time.Millisecond}})
+	r := e.send("POST", "/", e.token(t, 1, "node-a"), "X-Req", "late")
+	if r.err != nil || r.status != http.StatusGatewayTimeout || r.refusal.Code != "backend_timeout" {
+		t.Fatalf("late backend timeout: status %d, refusal %+v, err %v; want 504 backend_timeout", r.status, r.refusal, r.err)
+	}
+}
+
 // TestProxyBackendFails: a reset connection or an unreachable backend is a
 // 502; a response cut off mid-body aborts the client connection. Each time
 // the fence is released.
