@@ -54,7 +54,7 @@ type plan struct {
 // latest.
 func (rs *roles) assignOnce(ctx context.Context) time.Duration {
 	e := rs.e
-	idle := max(rs.lease, MinTimeout)
+	idle := max(rs.bound, MinTimeout)
 	if _, ok := e.held(); !ok {
 		return idle // only a leader assigns; spare followers the table copy
 	}
@@ -75,7 +75,7 @@ func (rs *roles) assignOnce(ctx context.Context) time.Duration {
 		return idle
 	}
 	now := rs.clk()
-	bound := rs.lease + rs.margin
+	bound := rs.bound
 	lastRenew := func(id string) time.Duration {
 		if m := rs.ls.members[id]; m != nil && m.lastRenew > rs.ls.tc {
 			return m.lastRenew

@@ -12,9 +12,18 @@ import (
 
 // Role leases (docs/DESIGN.md, "Leases and the renewal channel").
 //
+// RoleLease is the leader's bound B: it moves the roles of a member it has
+// not granted a renewal for B (on its clock). The member holds its roles
+// for H = 4B/5 (on its own clock) from the send time of a renewal the
+// leader granted; the margin B − H covers clock drift within the documented
+// assumption (±10 %; H·(1+ρ) ≤ B·(1−ρ) for every ρ ≤ 1/9). B plays the
+// part of an etcd lease's TTL: a dead member's roles move about B after
+// its last renewal.
+//
 // Each member runs one renewal loop, whatever the number of roles: every
-// RoleLease/4, and at once when it applies an entry that takes a role from
-// it, it sends its leader a renewal — a RequestPreVote with term 0, which
+// H/3 (so two renewals in a row may be lost before the hold lapses), and at
+// once when it applies an entry that takes a role from it, it sends its
+// leader a renewal — a RequestPreVote with term 0, which
 // raft never sends — carrying its applied role index and its flags. The
 // leader's forward loop hands such a request to the renewal service
 // instead of to admission and raft. The service answers a batch of
@@ -31,8 +40,8 @@ type roles struct {
 	e       *Election
 	t       *roleTable
 	clk     func() time.Duration
-	lease   time.Duration // L
-	margin  time.Duration // M = L/4
+	bound   time.Duration // B = Config.RoleLease: the leader's reassignment bound
+	hold    time.Duration // H = holdOf(B): how long a member holds after a granted renewal's send
 	noRoles bool
 	// noBalance, set by measurements only, stops the balance rule, so a
 	// member can be given exactly k roles.
@@ -87,14 +96,29 @@ func newRoles(e *Election, c Config) *roles {
 		e:        e,
 		t:        newRoleTable(),
 		clk:      clk,
-		lease:    c.RoleLease,
-		margin:   c.RoleLease / 4,
+		bound:    c.RoleLease,
+		hold:     holdOf(c.RoleLease),
 		noRoles:  c.NoRoles,
 		renewCh:  make(chan struct{}, 1),
 		serveCh:  make(chan struct{}, 1),
 		assignCh: make(chan struct{}, 1),
 	}
 }
+
+// holdOf is a member's hold H for the leader's bound B: 4/5 of it. A
+// member's hold ends no later in real time than the leader's bound starts
+// while every clock runs within ±10 % of real time: H/(1−ρ) ≤ B/(1+ρ)
+// for ρ ≤ 1/9 (docs/DESIGN.md, "Clock assumption";
+// TestRolesDriftWithinAssumption).
+func holdOf(bound time.Duration) time.Duration { return bound / 5 * 4 }
+
+// renewEvery is a member's renewal interval: a third of its hold, so a
+// hold survives two lost renewals in a row. It is the whole of the idle
+// cost of roles (a renewal and a VerifyLeader round per member each
+// interval), and the kill-to-move time of a member's roles is B less the
+// time since its last renewal, so a longer interval is both cheaper and,
+// on average, faster to fail over.
+func (rs *roles) renewEvery() time.Duration { return max(rs.hold/3, time.Millisecond) }
 
 // leaseHolds reports whether this member's role lease holds now (R3).
 func (rs *roles) leaseHolds() bool {
@@ -129,12 +153,12 @@ func (rs *roles) applied(index uint64, ent *roleEntry) {
 	poke(rs.assignCh)
 }
 
-// renewLoop renews this member's lease every lease/4 and on every poke,
+// renewLoop renews this member's lease every renewEvery and on every poke,
 // and wakes the role table's waiters when the lease lapses.
 func (rs *roles) renewLoop() {
 	e := rs.e
 	defer e.wg.Done()
-	interval := max(rs.lease/4, MinTimeout)
+	interval := rs.renewEvery()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	held := false
@@ -212,7 +236,7 @@ func (rs *roles) renewOnce() {
 	if !granted {
 		return
 	}
-	if until := s + rs.lease; until > rs.leaseUntil.load() {
+	if until := s + rs.hold; until > rs.leaseUntil.load() {
 		rs.leaseUntil.store(until)
 	}
 }

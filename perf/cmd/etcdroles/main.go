@@ -24,6 +24,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+
+	"github.com/termfence/termfence/perf/internal/etcdserver"
 )
 
 func main() {
@@ -34,7 +36,7 @@ func main() {
 	elect := flag.Uint("election-timeout", 500, "etcd --election-timeout in ms (the minimum lease TTL is ceil(1.5 x this) s)")
 	flag.Parse()
 	ctx := context.Background()
-	srv, err := startServer(ctx, serverConfig{TickMs: *tick, ElectionMs: *elect})
+	srv, err := etcdserver.Start(ctx, etcdserver.Config{TickMs: *tick, ElectionMs: *elect})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -51,7 +53,7 @@ func main() {
 		var samples []time.Duration
 		for range *n {
 			round++
-			d, err := once(ctx, srv.endpoint, k, *ttl, round)
+			d, err := once(ctx, srv.Endpoint, k, *ttl, round)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(1)
