@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"slices"
@@ -27,8 +28,9 @@ import (
 //	TERMFENCE_ROLE_PERF=1 go test -run TestRolesPerf -v -timeout 60m ./election/
 //
 // TERMFENCE_ROLE_PERF_N (default 20) is the number of runs per k, and
-// TERMFENCE_ROLE_LEASE (default 1s) the role lease (HeartbeatTimeout is a
-// quarter of it).
+// TERMFENCE_ROLE_LEASE (default 1s) the role lease, Config.RoleLease: the
+// leader's reassignment bound, compared with an etcd session's TTL
+// (HeartbeatTimeout is a quarter of it).
 func TestRolesPerf(t *testing.T) {
 	if os.Getenv("TERMFENCE_ROLE_PERF") == "" {
 		t.Skip("a measurement: set TERMFENCE_ROLE_PERF=1 to run it")
@@ -231,6 +233,10 @@ func measureFailover(t *testing.T, roles []string, k int, lease time.Duration) t
 		}
 		t.Logf("placement of %d on %s did not hold: %v; again", k, victim.cfg.ID, counts)
 	}
+	// The kill falls anywhere in the renewal cycle, as etcdroles' falls
+	// anywhere in the keep-alive cycle: without it, it would come at one
+	// phase of the renewals the placement happened to leave.
+	time.Sleep(rand.N(lease))
 	mine := victim.HeldRoles()
 	old := victim.RoleGrants()
 	start := time.Now()
