@@ -55,6 +55,7 @@ type roles struct {
 	mu       sync.Mutex
 	ls       leaderState
 	pending  []renewal
+	lastPass passKey       // the assigner's last full pass (only the assigner uses it)
 	serveCh  chan struct{} // poke: a renewal is pending
 	assignCh chan struct{} // poke: run the assigner
 }
