@@ -339,7 +339,7 @@ func measureIdle(t *testing.T, roles []string, lease time.Duration) {
 	}
 	var with, without []float64
 	var heapWith, heapWithout uint64
-	for range 3 {
+	for range envInt("TERMFENCE_ROLE_PERF_IDLE_ROUNDS", 3) {
 		c, h := cpu(nil)
 		without = append(without, float64(c)/float64(window))
 		heapWithout = h
@@ -347,7 +347,14 @@ func measureIdle(t *testing.T, roles []string, lease time.Duration) {
 		with = append(with, float64(c)/float64(window))
 		heapWith = h
 	}
-	t.Logf("idle CPU (3 nodes, one process, CPU s per s): no roles %s; %d roles %s", fmtF(without), len(roles), fmtF(with))
+	mean := func(v []float64) float64 {
+		sum := 0.0
+		for _, x := range v {
+			sum += x
+		}
+		return sum / float64(len(v))
+	}
+	t.Logf("idle CPU (3 nodes, one process, CPU s per s): no roles %s; %d roles %s; ratio of the means %.3f", fmtF(without), len(roles), fmtF(with), mean(with)/mean(without))
 	per := (int64(heapWith) - int64(heapWithout)) / int64(len(roles)) / 3
 	t.Logf("heap: no roles %d B, %d roles %d B: %d B per role per node", heapWithout, len(roles), heapWith, per)
 }
