@@ -127,8 +127,8 @@ type Config struct {
 	// move about RoleLease after its last renewal (as an etcd lease's TTL).
 	// A member holds its roles for 4/5 of RoleLease, on its own clock,
 	// from the send time of a renewal its leader granted (R3), and renews
-	// every third of that; the fifth in between covers clock drift of up
-	// to ±10 % (docs/DESIGN.md, "Clock assumption"). Zero means 2 x
+	// every 2/5 of that; the fifth in between covers clock drift of up to
+	// ±10 % (docs/DESIGN.md, "Clock assumption"). Zero means 2 x
 	// HeartbeatTimeout. At least MinTimeout.
 	RoleLease time.Duration
 
