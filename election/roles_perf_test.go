@@ -28,7 +28,8 @@ import (
 //	TERMFENCE_ROLE_PERF=1 go test -run TestRolesPerf -v -timeout 60m ./election/
 //
 // TERMFENCE_ROLE_PERF_PARTS (default failover,handover,idle) picks the
-// measurements; TERMFENCE_ROLE_PERF_N (default 20) is the number of runs
+// measurements, TERMFENCE_ROLE_PERF_K (default 1,100,3333) the k of the
+// failover; TERMFENCE_ROLE_PERF_N (default 20) is the number of runs
 // per k, and
 // TERMFENCE_ROLE_LEASE (default 1s) the role lease, Config.RoleLease: the
 // leader's reassignment bound, compared with an etcd session's TTL
@@ -54,7 +55,18 @@ func TestRolesPerf(t *testing.T) {
 	t.Logf("three nodes, loopback TCP, raft-boltdb; %d roles; role lease %v, HeartbeatTimeout %v", total, lease, lease/4)
 	parts := os.Getenv("TERMFENCE_ROLE_PERF_PARTS") // default: all
 	part := func(p string) bool { return parts == "" || slices.Contains(strings.Split(parts, ","), p) }
-	for _, k := range []int{1, 100, 3333} {
+	ks := []int{1, 100, 3333}
+	if v := os.Getenv("TERMFENCE_ROLE_PERF_K"); v != "" {
+		ks = nil
+		for _, f := range strings.Split(v, ",") {
+			k, err := strconv.Atoi(f)
+			if err != nil || k < 1 || k > total {
+				t.Fatalf("TERMFENCE_ROLE_PERF_K: bad k %q", f)
+			}
+			ks = append(ks, k)
+		}
+	}
+	for _, k := range ks {
 		if !part("failover") {
 			break
 		}
