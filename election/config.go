@@ -122,12 +122,14 @@ type Config struct {
 	// name (at most 64 bytes).
 	Roles []string
 
-	// RoleLease is how long a member holds its roles after it sent a
-	// renewal its leader granted (R3); it renews every RoleLease/4. A
-	// leader moves the roles of a member it has not renewed for RoleLease
-	// plus a quarter (RoleLease*5/4), so a dead member's roles move after
-	// about that long. Zero means 2 x HeartbeatTimeout. At least
-	// MinTimeout.
+	// RoleLease is the leader's bound: it moves the roles of a member it
+	// has not granted a renewal for RoleLease, so a dead member's roles
+	// move about RoleLease after its last renewal (as an etcd lease's TTL).
+	// A member holds its roles for 4/5 of RoleLease, on its own clock,
+	// from the send time of a renewal its leader granted (R3), and renews
+	// every 2/5 of that; the fifth in between covers clock drift of up to
+	// ±10 % (docs/DESIGN.md, "Clock assumption"). Zero means 2 x
+	// HeartbeatTimeout. At least MinTimeout.
 	RoleLease time.Duration
 
 	// NoRoles makes this member take part in the group without ever being

@@ -163,6 +163,7 @@ func (e *Election) Close() error {
 func (e *Election) close() error {
 	e.closed.Store(true)
 	e.handover()
+	e.settle(e.cfg.ElectionTimeout) // see closesettle.go
 	errs := []error{}
 	if err := e.raft.Shutdown().Error(); err != nil { // also closes the transport
 		errs = append(errs, fmt.Errorf("election: raft shutdown: %w", err))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"slices"
@@ -26,9 +27,13 @@ import (
 //
 //	TERMFENCE_ROLE_PERF=1 go test -run TestRolesPerf -v -timeout 60m ./election/
 //
-// TERMFENCE_ROLE_PERF_N (default 20) is the number of runs per k, and
-// TERMFENCE_ROLE_LEASE (default 1s) the role lease (HeartbeatTimeout is a
-// quarter of it).
+// TERMFENCE_ROLE_PERF_PARTS (default failover,handover,idle) picks the
+// measurements, TERMFENCE_ROLE_PERF_K (default 1,100,3333) the k of the
+// failover; TERMFENCE_ROLE_PERF_N (default 20) is the number of runs
+// per k, and
+// TERMFENCE_ROLE_LEASE (default 1s) the role lease, Config.RoleLease: the
+// leader's reassignment bound, compared with an etcd session's TTL
+// (HeartbeatTimeout is a quarter of it).
 func TestRolesPerf(t *testing.T) {
 	if os.Getenv("TERMFENCE_ROLE_PERF") == "" {
 		t.Skip("a measurement: set TERMFENCE_ROLE_PERF=1 to run it")
@@ -48,15 +53,35 @@ func TestRolesPerf(t *testing.T) {
 		roles[i] = fmt.Sprintf("role-%05d", i)
 	}
 	t.Logf("three nodes, loopback TCP, raft-boltdb; %d roles; role lease %v, HeartbeatTimeout %v", total, lease, lease/4)
-	for _, k := range []int{1, 100, 3333} {
+	parts := os.Getenv("TERMFENCE_ROLE_PERF_PARTS") // default: all
+	part := func(p string) bool { return parts == "" || slices.Contains(strings.Split(parts, ","), p) }
+	ks := []int{1, 100, 3333}
+	if v := os.Getenv("TERMFENCE_ROLE_PERF_K"); v != "" {
+		ks = nil
+		for _, f := range strings.Split(v, ",") {
+			k, err := strconv.Atoi(f)
+			if err != nil || k < 1 || k > total {
+				t.Fatalf("TERMFENCE_ROLE_PERF_K: bad k %q", f)
+			}
+			ks = append(ks, k)
+		}
+	}
+	for _, k := range ks {
+		if !part("failover") {
+			break
+		}
 		var samples []time.Duration
 		for range n {
 			samples = append(samples, measureFailover(t, roles, k, lease))
 		}
 		t.Logf("failover k=%d: %s (lease %v)", k, quantiles(samples), lease)
 	}
-	measureHandover(t, roles, lease, max(n, 50))
-	measureIdle(t, roles, lease)
+	if part("handover") {
+		measureHandover(t, roles, lease, max(n, 50))
+	}
+	if part("idle") {
+		measureIdle(t, roles, lease)
+	}
 }
 
 func envInt(name string, def int) int {
@@ -219,7 +244,17 @@ func measureFailover(t *testing.T, roles []string, k int, lease time.Duration) t
 			time.Sleep(50 * time.Millisecond) // poll interval: HeldRoles copies the table
 		}
 		if held {
-			break
+			// The kill falls anywhere in the renewal cycle, as etcdroles'
+			// falls anywhere in the keep-alive cycle: without it, it would
+			// come at one phase of the renewals the placement happened to
+			// leave. A placement lost meanwhile (a leader change on a
+			// loaded machine) is placed again.
+			time.Sleep(rand.N(lease))
+			if len(victim.HeldRoles()) == k && pc.allHeld(len(roles)) {
+				break
+			}
+			t.Logf("placement of %d on %s lost before the kill; again", k, victim.cfg.ID)
+			continue
 		}
 		var counts []string
 		for _, el := range pc.els {
@@ -316,7 +351,7 @@ func measureIdle(t *testing.T, roles []string, lease time.Duration) {
 	}
 	var with, without []float64
 	var heapWith, heapWithout uint64
-	for range 3 {
+	for range envInt("TERMFENCE_ROLE_PERF_IDLE_ROUNDS", 3) {
 		c, h := cpu(nil)
 		without = append(without, float64(c)/float64(window))
 		heapWithout = h
@@ -324,7 +359,14 @@ func measureIdle(t *testing.T, roles []string, lease time.Duration) {
 		with = append(with, float64(c)/float64(window))
 		heapWith = h
 	}
-	t.Logf("idle CPU (3 nodes, one process, CPU s per s): no roles %s; %d roles %s", fmtF(without), len(roles), fmtF(with))
+	mean := func(v []float64) float64 {
+		sum := 0.0
+		for _, x := range v {
+			sum += x
+		}
+		return sum / float64(len(v))
+	}
+	t.Logf("idle CPU (3 nodes, one process, CPU s per s): no roles %s; %d roles %s; ratio of the means %.3f", fmtF(without), len(roles), fmtF(with), mean(with)/mean(without))
 	per := (int64(heapWith) - int64(heapWithout)) / int64(len(roles)) / 3
 	t.Logf("heap: no roles %d B, %d roles %d B: %d B per role per node", heapWithout, len(roles), heapWith, per)
 }

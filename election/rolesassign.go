@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -25,14 +26,17 @@ func (rs *roles) assignLoop() {
 		<-e.stop
 		cancel()
 	}()
+	changed := true
 	for {
 		select {
 		case <-e.stop:
 			return
 		case <-rs.assignCh:
+			changed = true
 		case <-timer.C:
 		}
-		next := rs.assignOnce(ctx)
+		next := rs.assignOnce(ctx, changed)
+		changed = next == 0 // it appended entries: look again in full
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -50,11 +54,26 @@ type plan struct {
 	from map[string]bool
 }
 
+// passKey is what a pass's decisions depend on besides the role table and
+// the leader's member state, whose every change pokes the assigner: the
+// configuration, which members have expired, and whether a new leader's
+// first bound is still running.
+type passKey struct {
+	term    uint64
+	conf    string
+	expired string
+	first   bool
+}
+
 // assignOnce runs one pass and returns when the next pass is due at the
-// latest.
-func (rs *roles) assignOnce(ctx context.Context) time.Duration {
+// latest. changed says the assigner was poked (or its last pass appended
+// entries); a pass woken by its timer alone whose passKey is the last full
+// pass's would decide nothing new, and only works out when to look next —
+// so that a steady leader does not copy and sort the whole role table on
+// every expiry check (the idle cost of many roles).
+func (rs *roles) assignOnce(ctx context.Context, changed bool) time.Duration {
 	e := rs.e
-	idle := max(rs.lease, MinTimeout)
+	idle := max(rs.bound, MinTimeout)
 	if _, ok := e.held(); !ok {
 		return idle // only a leader assigns; spare followers the table copy
 	}
@@ -63,10 +82,12 @@ func (rs *roles) assignOnce(ctx context.Context) time.Duration {
 		return idle
 	}
 	inConf := make(map[string]bool, len(servers))
+	confIDs := make([]string, 0, len(servers))
 	for _, s := range servers {
 		inConf[string(s.ID)] = true
+		confIDs = append(confIDs, string(s.ID))
 	}
-	table := rs.t.grants()
+	slices.Sort(confIDs)
 
 	rs.mu.Lock()
 	term := rs.ls.term
@@ -75,7 +96,7 @@ func (rs *roles) assignOnce(ctx context.Context) time.Duration {
 		return idle
 	}
 	now := rs.clk()
-	bound := rs.lease + rs.margin
+	bound := rs.bound
 	lastRenew := func(id string) time.Duration {
 		if m := rs.ls.members[id]; m != nil && m.lastRenew > rs.ls.tc {
 			return m.lastRenew
@@ -83,7 +104,44 @@ func (rs *roles) assignOnce(ctx context.Context) time.Duration {
 		return rs.ls.tc
 	}
 	expired := func(id string) bool { return now > lastRenew(id)+bound }
-	known := true // every member has renewed in this term or expired
+	key := passKey{term: term, conf: strings.Join(confIDs, "\x00"), first: now <= rs.ls.tc+bound}
+	// Every member the configuration or the leader knows: a revoked
+	// role's previous owner may have left the configuration meanwhile.
+	everyone := slices.Clone(confIDs)
+	for id := range rs.ls.members {
+		if !inConf[id] {
+			everyone = append(everyone, id)
+		}
+	}
+	slices.Sort(everyone)
+	var exp []string
+	for _, id := range everyone {
+		if expired(id) {
+			exp = append(exp, id)
+		}
+	}
+	key.expired = strings.Join(exp, "\x00")
+	if !changed && key == rs.lastPass {
+		next := idle
+		wake := func(at time.Duration) {
+			if d := at - now + time.Millisecond; d < next {
+				next = max(d, MinTimeout)
+			}
+		}
+		for _, id := range everyone {
+			if !expired(id) {
+				wake(lastRenew(id) + bound)
+			}
+		}
+		if key.first {
+			wake(rs.ls.tc + bound)
+		}
+		rs.mu.Unlock()
+		return next
+	}
+	rs.lastPass = key
+	table := rs.t.grants() // under rs.mu: decide takes rs.mu, then the table's lock
+	known := true          // every member has renewed in this term or expired
 	var live []string
 	for id := range inConf {
 		m := rs.ls.members[id]

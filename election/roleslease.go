@@ -12,15 +12,27 @@ import (
 
 // Role leases (docs/DESIGN.md, "Leases and the renewal channel").
 //
+// RoleLease is the leader's bound B: it moves the roles of a member it has
+// not granted a renewal for B (on its clock). The member holds its roles
+// for H = 4B/5 (on its own clock) from the send time of a renewal the
+// leader granted; the margin B − H covers clock drift within the documented
+// assumption (±10 %; H·(1+ρ) ≤ B·(1−ρ) for every ρ ≤ 1/9). B plays the
+// part of an etcd lease's TTL: a dead member's roles move about B after
+// its last renewal.
+//
 // Each member runs one renewal loop, whatever the number of roles: every
-// RoleLease/4, and at once when it applies an entry that takes a role from
+// 2H/5 (so one renewal may be lost: the next still comes H/5 before the
+// hold lapses), and at once when it applies an entry that takes a role from
 // it, it sends its leader a renewal — a RequestPreVote with term 0, which
 // raft never sends — carrying its applied role index and its flags. The
 // leader's forward loop hands such a request to the renewal service
 // instead of to admission and raft. The service answers a batch of
 // renewals only after a VerifyLeader round begun after they all arrived;
 // the member counts its lease from its own send time of a renewal the
-// leader granted.
+// leader granted. The leader renews itself with every batch it serves, as
+// if it had sent itself a renewal as the batch's round began, and skips its
+// own timed renewal while that keeps its lease fresh: its renewals cost no
+// VerifyLeader round of their own.
 
 // renewFlagNoRoles marks a renewal from a member whose Config.NoRoles is
 // set.
@@ -31,8 +43,8 @@ type roles struct {
 	e       *Election
 	t       *roleTable
 	clk     func() time.Duration
-	lease   time.Duration // L
-	margin  time.Duration // M = L/4
+	bound   time.Duration // B = Config.RoleLease: the leader's reassignment bound
+	hold    time.Duration // H = holdOf(B): how long a member holds after a granted renewal's send
 	noRoles bool
 	// noBalance, set by measurements only, stops the balance rule, so a
 	// member can be given exactly k roles.
@@ -46,6 +58,7 @@ type roles struct {
 	mu       sync.Mutex
 	ls       leaderState
 	pending  []renewal
+	lastPass passKey       // the assigner's last full pass (only the assigner uses it)
 	serveCh  chan struct{} // poke: a renewal is pending
 	assignCh chan struct{} // poke: run the assigner
 }
@@ -87,14 +100,29 @@ func newRoles(e *Election, c Config) *roles {
 		e:        e,
 		t:        newRoleTable(),
 		clk:      clk,
-		lease:    c.RoleLease,
-		margin:   c.RoleLease / 4,
+		bound:    c.RoleLease,
+		hold:     holdOf(c.RoleLease),
 		noRoles:  c.NoRoles,
 		renewCh:  make(chan struct{}, 1),
 		serveCh:  make(chan struct{}, 1),
 		assignCh: make(chan struct{}, 1),
 	}
 }
+
+// holdOf is a member's hold H for the leader's bound B: 4/5 of it. A
+// member's hold ends no later in real time than the leader's bound starts
+// while every clock runs within ±10 % of real time: H/(1−ρ) ≤ B/(1+ρ)
+// for ρ ≤ 1/9 (docs/DESIGN.md, "Clock assumption";
+// TestRolesDriftWithinAssumption).
+func holdOf(bound time.Duration) time.Duration { return bound / 5 * 4 }
+
+// renewEvery is a member's renewal interval: 2/5 of its hold, so a hold
+// survives one lost renewal (the next is sent H/5 before it lapses). It is
+// most of the idle cost of roles (a renewal and a VerifyLeader round per
+// follower each interval), and the kill-to-move time of a member's roles
+// is B less the time since its last renewal, so a longer interval is both
+// cheaper and, on average, faster to fail over.
+func (rs *roles) renewEvery() time.Duration { return max(rs.hold/5*2, time.Millisecond) }
 
 // leaseHolds reports whether this member's role lease holds now (R3).
 func (rs *roles) leaseHolds() bool {
@@ -129,25 +157,45 @@ func (rs *roles) applied(index uint64, ent *roleEntry) {
 	poke(rs.assignCh)
 }
 
-// renewLoop renews this member's lease every lease/4 and on every poke,
-// and wakes the role table's waiters when the lease lapses.
+// renewLoop renews this member's lease every renewEvery — counted from the
+// send time of the latest granted renewal, so a leader whose batches renew
+// it skips its own — and on every poke, and wakes the role table's waiters
+// when the lease lapses.
 func (rs *roles) renewLoop() {
 	e := rs.e
 	defer e.wg.Done()
-	interval := max(rs.lease/4, MinTimeout)
+	interval := rs.renewEvery()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	held := false
 	for {
+		poked := false
 		select {
 		case <-e.stop:
 			return
 		case <-timer.C:
 		case <-rs.renewCh:
+			poked = true
 		}
-		rs.renewOnce()
+		// fresh: how long until the latest granted renewal's send is an
+		// interval old (a leader's batches renew it between its own).
+		fresh := func() time.Duration {
+			if until := rs.leaseUntil.load(); until != 0 {
+				return until - rs.hold + interval - rs.clk()
+			}
+			return 0
+		}
+		_, leads := e.held()
+		if poked || !leads || fresh() <= 0 {
+			rs.renewOnce()
+		}
 		now := rs.clk()
 		next := interval
+		if _, leads := e.held(); leads {
+			// At least an eighth of an interval: a clock that runs slow
+			// (tests) must not spin this loop.
+			next = min(interval, max(fresh(), interval/8))
+		}
 		until := rs.leaseUntil.load()
 		if h := now < until; h != held {
 			held = h
@@ -179,10 +227,7 @@ func (rs *roles) renewOnce() {
 	if id == "" {
 		return
 	}
-	var flags uint64
-	if rs.noRoles {
-		flags |= renewFlagNoRoles
-	}
+	flags := rs.flags()
 	applied := rs.t.applied()
 	s := rs.clk() // the send time: the lease counts from here
 	var granted bool
@@ -209,12 +254,40 @@ func (rs *roles) renewOnce() {
 		}
 		granted = resp.Granted
 	}
-	if !granted {
-		return
+	if granted {
+		rs.extend(s)
 	}
-	if until := s + rs.lease; until > rs.leaseUntil.load() {
+}
+
+// extend extends this member's lease to s + H for a granted renewal sent
+// at s.
+func (rs *roles) extend(s time.Duration) {
+	if until := s + rs.hold; until > rs.leaseUntil.load() {
 		rs.leaseUntil.store(until)
 	}
+}
+
+// selfRenewal is the leader's renewal of itself sent as a batch's round
+// begins (see serveLoop).
+func (rs *roles) selfRenewal() renewal {
+	s := rs.clk()
+	return renewal{id: rs.e.cfg.ID, addr: rs.e.localAddr, applied: rs.t.applied(), flags: rs.flags(), recv: s,
+		answer: func(g bool, _ uint64) {
+			if g {
+				held := rs.leaseHolds()
+				rs.extend(s)
+				if !held {
+					rs.t.broadcast() // the lease started: LeadRole, ObserveRoles
+				}
+			}
+		}}
+}
+
+func (rs *roles) flags() uint64 {
+	if rs.noRoles {
+		return renewFlagNoRoles
+	}
+	return 0
 }
 
 // intercept takes a renewal out of the RPC stream before admission and
@@ -277,6 +350,13 @@ func (rs *roles) serveLoop() {
 		if t, ok := e.held(); term == 0 || !ok || t != term {
 			rs.answerAll(batch, false)
 			continue
+		}
+		self := false
+		for _, r := range batch {
+			self = self || r.id == e.cfg.ID
+		}
+		if !self && !rs.t.empty() {
+			batch = append(batch, rs.selfRenewal())
 		}
 		if err := e.wait(context.Background(), e.raft.VerifyLeader()); err != nil {
 			rs.answerAll(batch, false)

@@ -11,15 +11,17 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/termfence/termfence/perf/results"
+
+	"github.com/termfence/termfence/perf/internal/etcdserver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func startTestServer(t *testing.T, sc serverConfig) *server {
+func startTestServer(t *testing.T, sc etcdserver.Config) *etcdserver.Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := startServer(ctx, sc)
+	srv, err := etcdserver.Start(ctx, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,10 +44,10 @@ func TestGrantedTTL(t *testing.T) {
 		{100, 500, time.Second},
 	}
 	for _, c := range cases {
-		srv := startTestServer(t, serverConfig{TickMs: c.tick, ElectionMs: c.election})
+		srv := startTestServer(t, etcdserver.Config{TickMs: c.tick, ElectionMs: c.election})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		res, err := bench(ctx, benchConfig{
-			Endpoint: srv.endpoint, Scenario: scenarioHandover, Rounds: 1, Clients: 2,
+			Endpoint: srv.Endpoint, Scenario: scenarioHandover, Rounds: 1, Clients: 2,
 			TTL: 1, RoundLimit: 30 * time.Second, Seed: 1,
 		})
 		cancel()
@@ -66,11 +68,11 @@ func TestGrantedTTL(t *testing.T) {
 // in a few milliseconds, like a handover. The bound checks what is measured,
 // not how fast etcd is.
 func TestCrashWaitsForLeaseExpiry(t *testing.T) {
-	srv := startTestServer(t, serverConfig{TickMs: 100, ElectionMs: 500})
+	srv := startTestServer(t, etcdserver.Config{TickMs: 100, ElectionMs: 500})
 	for _, sc := range []string{scenarioCrash, scenarioHandover} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		res, err := bench(ctx, benchConfig{
-			Endpoint: srv.endpoint, Scenario: sc, Rounds: 3, Clients: 3,
+			Endpoint: srv.Endpoint, Scenario: sc, Rounds: 3, Clients: 3,
 			TTL: 1, RoundLimit: 30 * time.Second, Seed: 7,
 		})
 		cancel()

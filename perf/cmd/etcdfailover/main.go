@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/version"
 
 	"github.com/termfence/termfence/perf/results"
+
+	"github.com/termfence/termfence/perf/internal/etcdserver"
 )
 
 func main() {
@@ -89,7 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := startServer(ctx, serverConfig{TickMs: o.tickMs, ElectionMs: o.electionMs, Verbose: o.verbose})
+	srv, err := etcdserver.Start(ctx, etcdserver.Config{TickMs: o.tickMs, ElectionMs: o.electionMs, Verbose: o.verbose})
 	if err != nil {
 		return err
 	}
@@ -103,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for i, sc := range o.scenarios {
 		started := time.Now()
 		cfg := benchConfig{
-			Endpoint:   srv.endpoint,
+			Endpoint:   srv.Endpoint,
 			Scenario:   sc,
 			Rounds:     o.rounds,
 			Clients:    o.clients,

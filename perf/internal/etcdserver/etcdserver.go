@@ -1,4 +1,9 @@
-package main
+// Package etcdserver starts a single-member etcd embedded in the process
+// (go.etcd.io/etcd/server/v3/embed) on free loopback ports, with its data in
+// a new temporary directory: the server the etcd side of the failover and
+// role figures in docs/PERFORMANCE.md runs against (cmd/etcdfailover,
+// cmd/etcdroles).
+package etcdserver
 
 import (
 	"context"
@@ -14,26 +19,27 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// serverConfig is the embedded server's timing.
-type serverConfig struct {
+// Config is the embedded server's timing.
+type Config struct {
 	TickMs     uint // etcd --heartbeat-interval
 	ElectionMs uint // etcd --election-timeout
 	Verbose    bool // server logs at info to stderr; otherwise not at all
 }
 
-// server is a running single-member embedded etcd.
-type server struct {
-	etcd     *embed.Etcd
-	endpoint string
+// Server is a running single-member embedded etcd.
+type Server struct {
+	etcd *embed.Etcd
+	// Endpoint is the client address, host:port.
+	Endpoint string
 	dir      string
 }
 
-// startServer starts a single-member etcd on free loopback ports with its data
-// in a new temporary directory, and waits until it serves.
-func startServer(ctx context.Context, sc serverConfig) (*server, error) {
-	dir, err := os.MkdirTemp("", "etcdroles-")
+// Start starts a single-member etcd on free loopback ports with its data in
+// a new temporary directory, and waits until it serves.
+func Start(ctx context.Context, sc Config) (*Server, error) {
+	dir, err := os.MkdirTemp("", "etcdserver-")
 	if err != nil {
-		return nil, fmt.Errorf("etcdroles: %w", err)
+		return nil, fmt.Errorf("etcdserver: %w", err)
 	}
 	// A port found free can be taken before etcd binds it; try a few times.
 	var lastErr error
@@ -51,7 +57,7 @@ func startServer(ctx context.Context, sc serverConfig) (*server, error) {
 	return nil, lastErr
 }
 
-func tryStart(ctx context.Context, dir string, sc serverConfig) (*server, error) {
+func tryStart(ctx context.Context, dir string, sc Config) (*Server, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
@@ -85,25 +91,25 @@ func tryStart(ctx context.Context, dir string, sc serverConfig) (*server, error)
 	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcdroles: start etcd: %w", err)
+		return nil, fmt.Errorf("etcdserver: start etcd: %w", err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		e.Close()
-		return nil, fmt.Errorf("etcdroles: etcd failed: %w", err)
+		return nil, fmt.Errorf("etcdserver: etcd failed: %w", err)
 	case <-ctx.Done():
 		e.Close()
-		return nil, fmt.Errorf("etcdroles: etcd not ready: %w", ctx.Err())
+		return nil, fmt.Errorf("etcdserver: etcd not ready: %w", ctx.Err())
 	case <-time.After(60 * time.Second):
 		e.Close()
-		return nil, errors.New("etcdroles: etcd not ready after 60s")
+		return nil, errors.New("etcdserver: etcd not ready after 60s")
 	}
-	return &server{etcd: e, endpoint: clientURL.Host, dir: dir}, nil
+	return &Server{etcd: e, Endpoint: clientURL.Host, dir: dir}, nil
 }
 
 // Close stops the server and removes its data.
-func (s *server) Close() error {
+func (s *Server) Close() error {
 	s.etcd.Close()
 	return os.RemoveAll(s.dir)
 }
@@ -119,7 +125,7 @@ func freePorts(n int) ([]int, error) {
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, fmt.Errorf("etcdroles: free port: %w", err)
+			return nil, fmt.Errorf("etcdserver: free port: %w", err)
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
@@ -130,11 +136,11 @@ func freePorts(n int) ([]int, error) {
 func clearDir(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return fmt.Errorf("etcdroles: %w", err)
+		return fmt.Errorf("etcdserver: %w", err)
 	}
 	for _, e := range entries {
 		if err := os.RemoveAll(dir + string(os.PathSeparator) + e.Name()); err != nil {
-			return fmt.Errorf("etcdroles: %w", err)
+			return fmt.Errorf("etcdserver: %w", err)
 		}
 	}
 	return nil
