@@ -35,6 +35,7 @@ func TestRefusedLinkKernel(t *testing.T) {
 	// Each follower's link in turn: h1 announces, h2 can win (issue 27).
 	for _, a := range []int{0, 1} {
 		t.Run(fmt.Sprintf("h%d", a+1), func(t *testing.T) {
+			var unjudged []string
 			for attempt := 1; ; attempt++ {
 				var tf, rr leaderTrace
 				var unexplained int
@@ -43,7 +44,7 @@ func TestRefusedLinkKernel(t *testing.T) {
 					tf, rr, unexplained = refusedLinkKernel(t, lab, ht, et, llt, hold, a)
 					failed = t.Failed()
 				})
-				if failed || !refusedLinkVerdict(t, attempt, &tf, &rr, unexplained) {
+				if failed || !refusedLinkVerdict(t, attempt, &tf, &rr, unexplained, &unjudged) {
 					return
 				}
 			}

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -67,7 +68,8 @@ func (c *stopClock) resume() {
 // whose clock runs a little slow. The leader's role clock is stopped and
 // set by the test, so the check is exact, without a timing window: at
 // lastRenew + L + M/2 nothing moves however long the test waits, at
-// lastRenew + L + M + 1ms the roles move.
+// lastRenew + L + M + 1ms the roles move. On the way, the cut-off member,
+// its lease lapsed, hands out none of the roles its table still grants it.
 func TestRolesReassignAfterLeaseAndMargin(t *testing.T) {
 	roles := roleNames(6)
 	lease := 4 * testHT
@@ -161,6 +163,16 @@ func marginAttempt(t *testing.T, c *cluster, roles []string, clocks map[string]*
 	// v stops holding on its own clock; nothing moves meanwhile, the
 	// leader's clock stands at t0.
 	waitFor(t, v.id+"'s lease to lapse while cut off", func() bool { return len(v.el.HeldRoles()) == 0 })
+	// Its table still grants it those roles (it is cut off: nothing it
+	// applies moves them), but with its lease lapsed it hands none out.
+	for _, r := range held {
+		if ep, err := v.el.RoleEpoch(r); !errors.Is(err, ErrNoRoleLease) {
+			t.Fatalf("%s, cut off with its role lease lapsed: RoleEpoch(%s) = %v, %v; want ErrNoRoleLease", v.id, r, ep, err)
+		}
+		if tok, err := v.el.RoleToken(r); !errors.Is(err, ErrNoRoleLease) {
+			t.Fatalf("%s, cut off with its role lease lapsed: RoleToken(%s) = %q, %v; want ErrNoRoleLease", v.id, r, tok, err)
+		}
+	}
 	owned := func() []string {
 		var rs []string
 		for r, o := range ld.el.RoleOwners() {

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -75,7 +76,7 @@ func main() {
 		case "killed":
 			killed = append(killed, m.ID)
 			if *verbose {
-				fmt.Println(indent(lastLines(out, 15)))
+				fmt.Println(indent(failures(out, 15)))
 			}
 		case "survived":
 			survived = append(survived, m.ID)
@@ -235,5 +236,28 @@ func lastLines(b []byte, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// failures returns up to n lines of out that say what failed: the
+// "--- FAIL" lines and the tests' own messages (file_test.go:line), or
+// out's last n lines if it has none (a panic, a build error).
+func failures(out []byte, n int) string {
+	var keep []string
+	for _, l := range strings.Split(string(out), "\n") {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "--- FAIL") || strings.HasPrefix(t, "panic:") || testMessage.MatchString(t) {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) == 0 {
+		return lastLines(out, n)
+	}
+	if len(keep) > n {
+		keep = keep[:n]
+	}
+	return strings.Join(keep, "\n")
+}
+
+// testMessage matches the start of a test's log line: "name_test.go:123: ".
+var testMessage = regexp.MustCompile(`^[A-Za-z0-9_]+_test\.go:[0-9]+: `)
 
 func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }
