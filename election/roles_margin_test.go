@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -224,6 +225,140 @@ func marginAttempt(t *testing.T, c *cluster, roles []string, clocks map[string]*
 	})
 	if !moved {
 		return false, "leadership changed past the margin"
+	}
+	return true, ""
+}
+
+// TestRolesDecideRefusesStranger: the leader grants a renewal only to a
+// member of the configuration at the address the configuration gives it,
+// and keeps nothing of any other (admission refuses such renewals first;
+// this is the leader's own rule, checked on its own input: a batch handed
+// to decide).
+func TestRolesDecideRefusesStranger(t *testing.T) {
+	roles := roleNames(3)
+	c, _ := newRoleCluster(t, 3, withRoles(roles, 4*testHT))
+	settled(t, c, roles, ids(c)...)
+	for attempt := 1; ; attempt++ {
+		ld := leaderServing(t, c)
+		rs := ld.el.roles
+		rs.mu.Lock()
+		term := rs.ls.term
+		rs.mu.Unlock()
+		var member *node
+		for _, nd := range c.nodes {
+			if nd != ld {
+				member = nd
+				break
+			}
+		}
+		got := map[string]bool{}
+		var mu sync.Mutex
+		answer := func(name string) func(bool, uint64) {
+			return func(g bool, _ uint64) {
+				mu.Lock()
+				defer mu.Unlock()
+				got[name] = g
+			}
+		}
+		rs.decide([]renewal{
+			{id: "stranger", addr: "stranger", applied: 1 << 40, recv: rs.clk(), answer: answer("stranger")},
+			{id: member.id, addr: "elsewhere", applied: 1 << 40, recv: rs.clk(), answer: answer("member at another address")},
+			{id: member.id, addr: member.el.localAddr, recv: rs.clk(), applied: member.el.roles.t.applied(), answer: answer("member")},
+		}, term)
+		mu.Lock()
+		res := maps.Clone(got)
+		mu.Unlock()
+		rs.mu.Lock()
+		_, kept := rs.ls.members["stranger"]
+		stillTerm := rs.ls.term == term
+		rs.mu.Unlock()
+		if !res["member"] || !stillTerm {
+			// decide refuses everything once this node no longer leads
+			// term: it says nothing then.
+			if attempt == 3 {
+				t.Fatalf("could not judge: the leader lost its term during each of %d attempts (or refused its own member: %v)", attempt, res)
+			}
+			continue
+		}
+		if res["stranger"] || kept {
+			t.Fatalf("the leader granted a renewal from a stranger (%v) or kept a record of it (%v)", res["stranger"], kept)
+		}
+		if res["member at another address"] {
+			t.Fatalf("the leader granted %s's renewal from an address not its own", member.id)
+		}
+		return
+	}
+}
+
+// TestRolesLeaseCountsFromSend: a member counts its role lease from its
+// own send time of the renewal the leader granted, not from the answer
+// (docs/DESIGN.md, "Leases and the renewal channel"): the leader counts
+// from its receipt, which comes after the send, so only then does the
+// member's lease end before the leader's bound. Every RPC the member sends
+// waits d first (transport.Faulty.Delay), so each granted renewal was sent
+// at least d before its answer: at any moment the member's lease may run at
+// most L - d ahead of its clock. Counted from the answer, it runs L ahead
+// right after each one.
+func TestRolesLeaseCountsFromSend(t *testing.T) {
+	roles := roleNames(3)
+	lease := 4 * testHT
+	c, _ := newRoleCluster(t, 3, withRoles(roles, lease))
+	for attempt := 1; ; attempt++ {
+		settled(t, c, roles, ids(c)...)
+		ld := leaderServing(t, c)
+		var v *node
+		for _, nd := range c.nodes {
+			if nd != ld {
+				v = nd
+				break
+			}
+		}
+		judged, why := leaseFromSendAttempt(t, v, lease)
+		if judged {
+			return
+		}
+		if attempt == 3 {
+			t.Fatalf("could not judge in %d attempts: %s", attempt, why)
+		}
+		t.Logf("attempt %d could not judge: %s", attempt, why)
+	}
+}
+
+func leaseFromSendAttempt(t *testing.T, v *node, lease time.Duration) (judged bool, why string) {
+	rs := v.el.roles
+	d := lease / 2
+	term := v.el.Raft().CurrentTerm()
+	set := rs.clk()
+	v.net.Delay(d)
+	defer v.net.Delay(0)
+	// Renewals sent from here on were delayed: their leases end after
+	// set + L (one sent earlier ends at or before it).
+	var checked []time.Duration
+	var bad string
+	waitFor(t, fmt.Sprintf("five renewals of %s sent with a %v delay", v.id, d), func() bool {
+		if v.el.Raft().State().String() == "Leader" || v.el.Raft().CurrentTerm() != term {
+			why = v.id + " became leader, or the term changed (a leader renews itself without the transport)"
+			return true
+		}
+		until := rs.leaseUntil.load()
+		now := rs.clk()
+		if until <= set+rs.lease {
+			return false
+		}
+		if ahead := until - now; ahead > rs.lease-d {
+			bad = fmt.Sprintf("%s's role lease runs %v ahead of its clock, more than L - d = %v: it was counted from later than the send of a renewal delayed %v", v.id, ahead, rs.lease-d, d)
+			return true
+		}
+		if len(checked) == 0 || checked[len(checked)-1] != until {
+			checked = append(checked, until)
+		}
+		return len(checked) >= 5
+	})
+	if bad != "" {
+		t.Fatal(bad)
+	}
+	if len(checked) < 5 {
+		return false, why
 	}
 	return true, ""
 }
