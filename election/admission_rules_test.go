@@ -242,3 +242,65 @@ func TestRenewalFromStrangerRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmissionOneLeaderPerTerm: raft elects one leader per term, so at a
+// node's own term only the leader it follows appends to it — another
+// voter's AppendEntries of that term is refused as not_leader — and a
+// leader takes no AppendEntries of its own term at all. Judged only when
+// the term and the leader stayed the same around the sends.
+func TestAdmissionOneLeaderPerTerm(t *testing.T) {
+	c := newCluster(t, 3)
+	x := transport.NewInmem("x")
+	for _, nd := range c.nodes {
+		x.Connect(nd.mem)
+	}
+	refusedNotLeader := func(nd *node, send func() error) (error, uint64) {
+		before := nd.el.Admission().Refused[RefusedNotLeader]
+		err := send()
+		return err, nd.el.Admission().Refused[RefusedNotLeader] - before
+	}
+	for attempt := 1; ; attempt++ {
+		ld, _ := c.leader()
+		var fs []*node
+		for _, nd := range c.nodes {
+			if nd != ld {
+				fs = append(fs, nd)
+			}
+		}
+		f, g := fs[0], fs[1]
+		waitFor(t, f.id+" to follow "+ld.id, func() bool {
+			_, id := f.el.Raft().LeaderWithID()
+			return string(id) == ld.id
+		})
+		term := ld.el.Raft().CurrentTerm()
+		steady := func() bool {
+			_, id := f.el.Raft().LeaderWithID()
+			return string(id) == ld.id && f.el.Raft().CurrentTerm() == term &&
+				ld.el.Raft().CurrentTerm() == term && ld.el.Raft().State() == raft.Leader
+		}
+		if !steady() {
+			continue
+		}
+		errF, nF := refusedNotLeader(f, func() error {
+			return x.AppendEntries("", raft.ServerAddress(f.id), &raft.AppendEntriesRequest{RPCHeader: hdr(g.id, g.id), Term: term}, &raft.AppendEntriesResponse{})
+		})
+		errL, nL := refusedNotLeader(ld, func() error {
+			return x.AppendEntries("", raft.ServerAddress(ld.id), &raft.AppendEntriesRequest{RPCHeader: hdr(f.id, f.id), Term: term}, &raft.AppendEntriesResponse{})
+		})
+		// After the sends f's leader is not looked at: an admitted append
+		// from g makes g its leader, which is the bug to report.
+		if f.el.Raft().CurrentTerm() != term || ld.el.Raft().CurrentTerm() != term || ld.el.Raft().State() != raft.Leader {
+			if attempt == 3 {
+				t.Fatalf("could not judge: the leader or the term changed around the sends in %d attempts", attempt)
+			}
+			continue
+		}
+		if !errors.Is(errF, ErrRefused) || nF != 1 {
+			t.Errorf("AppendEntries of term %d from voter %s to %s, which follows %s in that term: err %v, %d refusals as not_leader; want one", term, g.id, f.id, ld.id, errF, nF)
+		}
+		if !errors.Is(errL, ErrRefused) || nL != 1 {
+			t.Errorf("AppendEntries of term %d from voter %s to %s, the leader of that term: err %v, %d refusals as not_leader; want one", term, f.id, ld.id, errL, nL)
+		}
+		return
+	}
+}
