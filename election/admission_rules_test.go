@@ -2,6 +2,7 @@ package election
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -302,5 +303,44 @@ func TestAdmissionOneLeaderPerTerm(t *testing.T) {
 			t.Errorf("AppendEntries of term %d from voter %s to %s, the leader of that term: err %v, %d refusals as not_leader; want one", term, f.id, ld.id, errL, nL)
 		}
 		return
+	}
+}
+
+// TestRenewalUnknownFlagsRefused: a role renewal carries its flags in
+// LastLogTerm, and only flag 1 (NoRoles) exists: one with any other bit
+// set, even from a member at its address, is malformed.
+func TestRenewalUnknownFlagsRefused(t *testing.T) {
+	c := newCluster(t, 3)
+	ld, _ := c.leader()
+	var f *node
+	for _, nd := range c.nodes {
+		if nd != ld {
+			f = nd
+			break
+		}
+	}
+	x := transport.NewInmem("x")
+	x.Connect(ld.mem)
+	renew := func(flags uint64) func() error {
+		return func() error {
+			return x.RequestPreVote("", raft.ServerAddress(ld.id), &raft.RequestPreVoteRequest{RPCHeader: hdr(f.id, f.id), Term: 0, LastLogIndex: 1, LastLogTerm: flags}, &raft.RequestPreVoteResponse{})
+		}
+	}
+	for _, flags := range []uint64{2, 3, 4, 1 << 63} {
+		refusedAs(t, ld, fmt.Sprintf("a renewal from member %s with flags %#x", f.id, flags), RefusedMalformed, renew(flags))
+	}
+	// Flags 0 and 1 reach the roles code (which refuses a grant here: the
+	// group has no roles), not admission.
+	for _, flags := range []uint64{0, renewFlagNoRoles} {
+		before := ld.el.Admission()
+		if err := renew(flags)(); err != nil && !errors.Is(err, errRenewalRefused) {
+			t.Errorf("a renewal from member %s with flags %#x: %v, want an answer from the roles code", f.id, flags, err)
+		}
+		after := ld.el.Admission()
+		for r, n := range after.Refused {
+			if n != before.Refused[r] {
+				t.Errorf("a renewal from member %s with flags %#x: admission refused it as %s", f.id, flags, r)
+			}
+		}
 	}
 }

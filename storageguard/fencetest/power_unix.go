@@ -286,12 +286,38 @@ func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 			rep.FailedSyncs++
 		}
 		want := 1 + rng.IntN(6)
-		deadline := time.After(2 * time.Minute)
+		const ackWait = 2 * time.Minute
+		deadline := time.After(ackWait)
 	wait:
 		for n := 0; n < want; n++ {
 			select {
 			case <-acks:
 			case <-deadline:
+				if n == 0 {
+					// Not one raise of procs raisers returned: the raise
+					// hangs (issue 27's Q1: the fence's update outside its
+					// own transaction waits for that transaction's lock).
+					// Say so now rather than run the other rounds into the
+					// test's timeout.
+					mu.Lock()
+					var last []string
+					for _, l := range lines[max(len(lines)-5, 0):] {
+						last = append(last, l.text)
+					}
+					mu.Unlock()
+					var errs []string
+					for _, cmd := range cmds {
+						cmd.Process.Kill()
+					}
+					readers.Wait()
+					for i, cmd := range cmds {
+						cmd.Wait()
+						if e := strings.TrimSpace(stderrs[i].String()); e != "" {
+							errs = append(errs, fmt.Sprintf("raiser %d: %s", i, e))
+						}
+					}
+					t.Fatalf("round %d: no raise of %d raisers was acknowledged in %v: the fence's raise does not return (last lines %q, stderr %q)", round, procs, ackWait, last, errs)
+				}
 				break wait
 			}
 		}
