@@ -344,3 +344,30 @@ func TestRenewalUnknownFlagsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmissionAppendFromStranger: AppendEntries only from a member of the
+// configuration at its configured address; a stranger's is refused as
+// not_member at any term — at this node's term, and at the next, which
+// raft would otherwise adopt and follow the stranger in.
+func TestAdmissionAppendFromStranger(t *testing.T) {
+	c := newCluster(t, 3)
+	ld, _ := c.leader()
+	var f *node
+	for _, nd := range c.nodes {
+		if nd != ld {
+			f = nd
+			break
+		}
+	}
+	x := transport.NewInmem("x")
+	x.Connect(f.mem)
+	term := f.el.Raft().CurrentTerm()
+	for _, tm := range []uint64{term, term + 1} {
+		refusedAs(t, f, fmt.Sprintf("AppendEntries of term %d from a stranger", tm), RefusedNotMember, func() error {
+			return x.AppendEntries("", raft.ServerAddress(f.id), &raft.AppendEntriesRequest{RPCHeader: hdr("mallory", "x"), Term: tm}, &raft.AppendEntriesResponse{})
+		})
+	}
+	if _, id := f.el.Raft().LeaderWithID(); id == "mallory" {
+		t.Fatalf("%s follows the stranger", f.id)
+	}
+}

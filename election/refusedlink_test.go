@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/termfence/termfence/internal/testwait"
 	"github.com/termfence/termfence/transport"
 )
 
@@ -100,7 +101,7 @@ func (l *leaderTrace) unexplained(check *checker, from time.Time, except string)
 // attempt. After refusedLinkAttempts of them the test fails with "could
 // not judge", naming them: a test that cannot judge its machine says so
 // loudly (issue 27), it never passes unjudged.
-func refusedLinkVerdict(t *testing.T, attempt int, tf, rr *leaderTrace, unexplained int, unjudged *[]string) (again bool) {
+func refusedLinkVerdict(t *testing.T, attempt int, tf, rr *leaderTrace, unexplained int, disturbed bool, unjudged *[]string) (again bool) {
 	t.Helper()
 	t.Logf("termfence: %v", tf)
 	t.Logf("raw raft:  %v", rr)
@@ -108,11 +109,13 @@ func refusedLinkVerdict(t *testing.T, attempt int, tf, rr *leaderTrace, unexplai
 	case unexplained > 0:
 		t.Errorf("termfence changed leaders %d times under a refused link, %d of them with no raft timeout elsewhere to explain it (raw raft: %d changes)",
 			tf.changes(), unexplained, rr.changes())
-	case tf.changes() == 0:
+	case tf.changes() == 0 && (tf.fraction() >= 0.95 || !disturbed):
 		if f := tf.fraction(); f < 0.95 {
 			t.Errorf("termfence had a leader with a confirmed epoch %.1f%% of the time, want at least 95%%", 100*f)
 		}
 	default:
+		// (Or no change, but the leader's time below 95% while raft timed
+		// out on a node other than the cut-off follower: load again.)
 		// Every change began with a candidacy that a raft timeout on
 		// another node had set off before it (load; raw raft beside it is
 		// as unsteady): the refused link caused none of them, and the 95%
@@ -128,6 +131,18 @@ func refusedLinkVerdict(t *testing.T, attempt int, tf, rr *leaderTrace, unexplai
 		return true
 	}
 	return false
+}
+
+// refusedLinkTimeouts returns the refused-link tests' raft timeouts — HT =
+// ET = 200 ms, LLT = 100 ms on a quiet machine, issue 16's — and the hold,
+// scaled by the machine's load (testwait.Factor, at most 4): on a loaded
+// machine a 200 ms timeout passes by itself, and a leader change it sets
+// off says nothing about the link, so without the scaling every attempt
+// could be left unjudged. TERMFENCE_LONG's 60 s hold is not scaled.
+func refusedLinkTimeouts(short time.Duration) (ht, et, llt, hold time.Duration) {
+	f := min(testwait.Factor(), 4)
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * f) }
+	return scale(200 * time.Millisecond), scale(200 * time.Millisecond), scale(100 * time.Millisecond), refusedLinkHold(scale(short))
 }
 
 // refusedLinkAttempts bounds the attempts of one refused-link case whose
@@ -222,8 +237,8 @@ func rawLeader(nodes []*rawNode) (*rawNode, uint64, bool) {
 // it, did the same in turn (and lost only when its log was behind), and
 // deposed the new leader with its higher term once the link healed.
 func TestRefusedLinkKeepsLeader(t *testing.T) {
-	const ht, et, llt = 200 * time.Millisecond, 200 * time.Millisecond, 100 * time.Millisecond
-	hold := refusedLinkHold(3 * time.Second)
+	ht, et, llt, hold := refusedLinkTimeouts(3 * time.Second)
+	t.Logf("HT = %v, ET = %v, LLT = %v, hold %v (load factor %.2f)", ht, et, llt, hold, testwait.Factor())
 	// Each follower's link in turn: the first in the wake order announces
 	// its refused probe and never stands; the last is the one that can
 	// win, and must not stand without a majority's evidence (issue 27:
@@ -235,10 +250,11 @@ func TestRefusedLinkKeepsLeader(t *testing.T) {
 			for attempt := 1; ; attempt++ {
 				var tf, rr leaderTrace
 				var unexplained int
+				var disturbed bool
 				t.Run(fmt.Sprintf("attempt-%d", attempt), func(t *testing.T) {
-					tf, rr, unexplained = refusedLinkInmem(t, ht, et, llt, hold, cut)
+					tf, rr, unexplained, disturbed = refusedLinkInmem(t, ht, et, llt, hold, cut)
 				})
-				if !refusedLinkVerdict(t, attempt, &tf, &rr, unexplained, &unjudged) {
+				if !refusedLinkVerdict(t, attempt, &tf, &rr, unexplained, disturbed, &unjudged) {
 					return
 				}
 			}
@@ -247,9 +263,10 @@ func TestRefusedLinkKeepsLeader(t *testing.T) {
 }
 
 // refusedLinkInmem runs one attempt of TestRefusedLinkKeepsLeader and
-// returns both traces and the number of termfence's leader changes that no
-// raft timeout on a node other than the cut-off follower explains.
-func refusedLinkInmem(t *testing.T, ht, et, llt, hold time.Duration, cut int) (tf, rr leaderTrace, unexplained int) {
+// returns both traces, the number of termfence's leader changes that no
+// raft timeout on a node other than the cut-off follower explains, and
+// whether such a timeout happened during the trace at all.
+func refusedLinkInmem(t *testing.T, ht, et, llt, hold time.Duration, cut int) (tf, rr leaderTrace, unexplained int, disturbed bool) {
 	c := newClusterTimed(t, 3, ht, et, llt)
 	raw := newRawCluster(t, 3, ht, et, llt)
 
@@ -310,7 +327,7 @@ func refusedLinkInmem(t *testing.T, ht, et, llt, hold time.Duration, cut int) (t
 	ra.net.Heal()
 	rld.net.Heal()
 	sampleUntil(time.Now().Add(10 * ht)) // and after the heal
-	return tf, rr, tf.unexplained(c.check, sampled.Add(-et), a.id)
+	return tf, rr, tf.unexplained(c.check, sampled.Add(-et), a.id), c.check.disturbedBetween(sampled.Add(-et), time.Now(), a.id)
 }
 
 // enteringCandidate is raft's message for a node that stands (a pre-vote
