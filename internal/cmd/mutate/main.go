@@ -238,7 +238,7 @@ func lastLines(b []byte, n int) string {
 }
 
 // failures returns up to n lines of out that say what failed: the
-// "--- FAIL" lines and the tests' own messages (file_test.go:line), or
+// "--- FAIL" lines and the tests' own messages (file.go:line), or
 // out's last n lines if it has none (a panic, a build error).
 func failures(out []byte, n int) string {
 	var keep []string
@@ -257,7 +257,8 @@ func failures(out []byte, n int) string {
 	return strings.Join(keep, "\n")
 }
 
-// testMessage matches the start of a test's log line: "name_test.go:123: ".
-var testMessage = regexp.MustCompile(`^[A-Za-z0-9_]+_test\.go:[0-9]+: `)
+// testMessage matches the start of a test's log line: "name_test.go:123: "
+// (or a helper's, "suite.go:45: ").
+var testMessage = regexp.MustCompile(`^[A-Za-z0-9_]+\.go:[0-9]+: `)
 
 func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }
