@@ -101,7 +101,7 @@ func (l *leaderTrace) unexplained(check *checker, from time.Time, except string)
 // attempt. After refusedLinkAttempts of them the test fails with "could
 // not judge", naming them: a test that cannot judge its machine says so
 // loudly (issue 27), it never passes unjudged.
-func refusedLinkVerdict(t *testing.T, attempt int, tf, rr *leaderTrace, unexplained int, disturbed bool, unjudged *[]string) (again bool) {
+func refusedLinkVerdict(t verdictT, attempt int, tf, rr *leaderTrace, unexplained int, disturbed bool, unjudged *[]string) (again bool) {
 	t.Helper()
 	t.Logf("termfence: %v", tf)
 	t.Logf("raw raft:  %v", rr)
@@ -131,6 +131,14 @@ func refusedLinkVerdict(t *testing.T, attempt int, tf, rr *leaderTrace, unexplai
 		return true
 	}
 	return false
+}
+
+// verdictT is what refusedLinkVerdict uses of its *testing.T
+// (TestRefusedLinkVerdict records it).
+type verdictT interface {
+	Helper()
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
 }
 
 // refusedLinkTimeouts returns the refused-link tests' raft timeouts — HT =
@@ -359,4 +367,80 @@ func (c *checker) lastCandidacy(term uint64, t time.Time) (last time.Time, ok bo
 		}
 	}
 	return last, ok
+}
+
+// verdictRecorder records what refusedLinkVerdict reports.
+type verdictRecorder struct{ errs []string }
+
+func (*verdictRecorder) Helper()             {}
+func (*verdictRecorder) Logf(string, ...any) {}
+func (r *verdictRecorder) Errorf(f string, a ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(f, a...))
+}
+
+// TestRefusedLinkVerdict: the refused-link verdict on its own inputs. It
+// fails a change no timeout elsewhere explains and a leader short of 95%
+// on a quiet run; it passes only an attempt it could judge (no change,
+// 95%); it repeats an attempt load explains, and after refusedLinkAttempts
+// of them fails with "could not judge", naming them — never a pass
+// unjudged.
+func TestRefusedLinkVerdict(t *testing.T) {
+	trace := func(terms []uint64, samples, led int) *leaderTrace {
+		l := &leaderTrace{samples: samples, led: led, terms: terms}
+		for range max(len(terms)-1, 0) {
+			l.changed = append(l.changed, time.Now())
+		}
+		return l
+	}
+	steady, unsteady, leaderless := trace([]uint64{3}, 1000, 999), trace([]uint64{3, 4, 5}, 1000, 900), trace(nil, 100, 0)
+	for _, c := range []struct {
+		name        string
+		tf          *leaderTrace
+		unexplained int
+		disturbed   bool
+		again       bool
+		fail        string // a substring of the failure; "" passes
+	}{
+		{"no change, a leader 99.9%", steady, 0, false, false, ""},
+		{"no change, a leader 99.9%, raft timed out elsewhere", steady, 0, true, false, ""},
+		{"a change the link made", unsteady, 1, true, false, "no raft timeout elsewhere"},
+		{"no change, no leader, quiet", leaderless, 0, false, false, "want at least 95%"},
+		{"no change, no leader, raft timed out elsewhere", leaderless, 0, true, true, ""},
+		{"changes load explains", unsteady, 0, true, true, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var r verdictRecorder
+			var unjudged []string
+			again := refusedLinkVerdict(&r, 1, c.tf, steady, c.unexplained, c.disturbed, &unjudged)
+			if again != c.again {
+				t.Errorf("again = %v, want %v", again, c.again)
+			}
+			switch {
+			case c.fail == "" && len(r.errs) > 0:
+				t.Errorf("failed: %v", r.errs)
+			case c.fail != "" && (len(r.errs) != 1 || !strings.Contains(r.errs[0], c.fail)):
+				t.Errorf("failures %q, want one with %q", r.errs, c.fail)
+			}
+		})
+	}
+	// Attempts that load explains, one after another: repeated until the
+	// bound, then a failure naming each of them.
+	var r verdictRecorder
+	var unjudged []string
+	for attempt := 1; ; attempt++ {
+		again := refusedLinkVerdict(&r, attempt, unsteady, steady, 0, true, &unjudged)
+		if !again {
+			if attempt != refusedLinkAttempts {
+				t.Fatalf("stopped after %d attempts, want %d", attempt, refusedLinkAttempts)
+			}
+			break
+		}
+		if len(r.errs) > 0 {
+			t.Fatalf("attempt %d failed: %v", attempt, r.errs)
+		}
+	}
+	if len(r.errs) != 1 || !strings.Contains(r.errs[0], "could not judge") ||
+		!strings.Contains(r.errs[0], "attempt 1:") || !strings.Contains(r.errs[0], fmt.Sprintf("attempt %d:", refusedLinkAttempts)) {
+		t.Fatalf("after %d unjudged attempts: %q, want one \"could not judge\" failure naming each attempt", refusedLinkAttempts, r.errs)
+	}
 }
