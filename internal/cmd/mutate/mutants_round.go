@@ -4,7 +4,7 @@ package main
 var (
 	pkObject  = []string{"./storageguard/objectfence/"}
 	runRoles  = "TestRole|TestAttackForgedRoleRenewal|TestRenewal"
-	runAdmit  = "TestAdmission|TestAttack|TestHostile|TestRefus|TestRenewal|TestTermWindow|TestForged|TestValidConfiguration|TestMutualTLS"
+	runAdmit  = runAdmission + "|TestMutualTLS"
 	runTrig   = "" // pgtrigger: every test (PostgreSQL: TERMFENCE_POSTGRES_DSN)
 	runObject = "" // objectfence: every test (versitygw: VERSITYGW_BIN)
 )
