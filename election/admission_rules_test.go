@@ -2,6 +2,7 @@ package election
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -240,5 +241,133 @@ func TestRenewalFromStrangerRefused(t *testing.T) {
 		if n != before.Refused[r] {
 			t.Errorf("a renewal from member %s: admission refused it as %s", f.id, r)
 		}
+	}
+}
+
+// TestAdmissionOneLeaderPerTerm: raft elects one leader per term, so at a
+// node's own term only the leader it follows appends to it — another
+// voter's AppendEntries of that term is refused as not_leader — and a
+// leader takes no AppendEntries of its own term at all. Judged only when
+// the term and the leader stayed the same around the sends.
+func TestAdmissionOneLeaderPerTerm(t *testing.T) {
+	c := newCluster(t, 3)
+	x := transport.NewInmem("x")
+	for _, nd := range c.nodes {
+		x.Connect(nd.mem)
+	}
+	refusedNotLeader := func(nd *node, send func() error) (error, uint64) {
+		before := nd.el.Admission().Refused[RefusedNotLeader]
+		err := send()
+		return err, nd.el.Admission().Refused[RefusedNotLeader] - before
+	}
+	for attempt := 1; ; attempt++ {
+		ld, _ := c.leader()
+		var fs []*node
+		for _, nd := range c.nodes {
+			if nd != ld {
+				fs = append(fs, nd)
+			}
+		}
+		f, g := fs[0], fs[1]
+		waitFor(t, f.id+" to follow "+ld.id, func() bool {
+			_, id := f.el.Raft().LeaderWithID()
+			return string(id) == ld.id
+		})
+		term := ld.el.Raft().CurrentTerm()
+		steady := func() bool {
+			_, id := f.el.Raft().LeaderWithID()
+			return string(id) == ld.id && f.el.Raft().CurrentTerm() == term &&
+				ld.el.Raft().CurrentTerm() == term && ld.el.Raft().State() == raft.Leader
+		}
+		if !steady() {
+			continue
+		}
+		errF, nF := refusedNotLeader(f, func() error {
+			return x.AppendEntries("", raft.ServerAddress(f.id), &raft.AppendEntriesRequest{RPCHeader: hdr(g.id, g.id), Term: term}, &raft.AppendEntriesResponse{})
+		})
+		errL, nL := refusedNotLeader(ld, func() error {
+			return x.AppendEntries("", raft.ServerAddress(ld.id), &raft.AppendEntriesRequest{RPCHeader: hdr(f.id, f.id), Term: term}, &raft.AppendEntriesResponse{})
+		})
+		// After the sends f's leader is not looked at: an admitted append
+		// from g makes g its leader, which is the bug to report.
+		if f.el.Raft().CurrentTerm() != term || ld.el.Raft().CurrentTerm() != term || ld.el.Raft().State() != raft.Leader {
+			if attempt == 3 {
+				t.Fatalf("could not judge: the leader or the term changed around the sends in %d attempts", attempt)
+			}
+			continue
+		}
+		if !errors.Is(errF, ErrRefused) || nF != 1 {
+			t.Errorf("AppendEntries of term %d from voter %s to %s, which follows %s in that term: err %v, %d refusals as not_leader; want one", term, g.id, f.id, ld.id, errF, nF)
+		}
+		if !errors.Is(errL, ErrRefused) || nL != 1 {
+			t.Errorf("AppendEntries of term %d from voter %s to %s, the leader of that term: err %v, %d refusals as not_leader; want one", term, f.id, ld.id, errL, nL)
+		}
+		return
+	}
+}
+
+// TestRenewalUnknownFlagsRefused: a role renewal carries its flags in
+// LastLogTerm, and only flag 1 (NoRoles) exists: one with any other bit
+// set, even from a member at its address, is malformed.
+func TestRenewalUnknownFlagsRefused(t *testing.T) {
+	c := newCluster(t, 3)
+	ld, _ := c.leader()
+	var f *node
+	for _, nd := range c.nodes {
+		if nd != ld {
+			f = nd
+			break
+		}
+	}
+	x := transport.NewInmem("x")
+	x.Connect(ld.mem)
+	renew := func(flags uint64) func() error {
+		return func() error {
+			return x.RequestPreVote("", raft.ServerAddress(ld.id), &raft.RequestPreVoteRequest{RPCHeader: hdr(f.id, f.id), Term: 0, LastLogIndex: 1, LastLogTerm: flags}, &raft.RequestPreVoteResponse{})
+		}
+	}
+	for _, flags := range []uint64{2, 3, 4, 1 << 63} {
+		refusedAs(t, ld, fmt.Sprintf("a renewal from member %s with flags %#x", f.id, flags), RefusedMalformed, renew(flags))
+	}
+	// Flags 0 and 1 reach the roles code (which refuses a grant here: the
+	// group has no roles), not admission.
+	for _, flags := range []uint64{0, renewFlagNoRoles} {
+		before := ld.el.Admission()
+		if err := renew(flags)(); err != nil && !errors.Is(err, errRenewalRefused) {
+			t.Errorf("a renewal from member %s with flags %#x: %v, want an answer from the roles code", f.id, flags, err)
+		}
+		after := ld.el.Admission()
+		for r, n := range after.Refused {
+			if n != before.Refused[r] {
+				t.Errorf("a renewal from member %s with flags %#x: admission refused it as %s", f.id, flags, r)
+			}
+		}
+	}
+}
+
+// TestAdmissionAppendFromStranger: AppendEntries only from a member of the
+// configuration at its configured address; a stranger's is refused as
+// not_member at any term — at this node's term, and at the next, which
+// raft would otherwise adopt and follow the stranger in.
+func TestAdmissionAppendFromStranger(t *testing.T) {
+	c := newCluster(t, 3)
+	ld, _ := c.leader()
+	var f *node
+	for _, nd := range c.nodes {
+		if nd != ld {
+			f = nd
+			break
+		}
+	}
+	x := transport.NewInmem("x")
+	x.Connect(f.mem)
+	term := f.el.Raft().CurrentTerm()
+	for _, tm := range []uint64{term, term + 1} {
+		refusedAs(t, f, fmt.Sprintf("AppendEntries of term %d from a stranger", tm), RefusedNotMember, func() error {
+			return x.AppendEntries("", raft.ServerAddress(f.id), &raft.AppendEntriesRequest{RPCHeader: hdr("mallory", "x"), Term: tm}, &raft.AppendEntriesResponse{})
+		})
+	}
+	if _, id := f.el.Raft().LeaderWithID(); id == "mallory" {
+		t.Fatalf("%s follows the stranger", f.id)
 	}
 }

@@ -50,12 +50,12 @@ func (e *Election) held() (uint64, bool) {
 // a read of State == Leader, the node was leader of that term at the moment
 // State was read.
 func (e *Election) tripleRead() (uint64, bool) {
-	t1 := e.raft.CurrentTerm()
-	leader := e.raft.State() == raft.Leader
+	t1 := e.view.CurrentTerm()
+	leader := e.view.State() == raft.Leader
 	if h := e.tripleHook.Load(); h != nil {
 		(*h)()
 	}
-	t2 := e.raft.CurrentTerm()
+	t2 := e.view.CurrentTerm()
 	return t1, leader && t1 == t2
 }
 
@@ -146,18 +146,18 @@ func (e *Election) confirm() bool {
 			return true
 		default:
 		}
-		if !e.won.Load() || e.raft.State() != raft.Leader {
+		if !e.won.Load() || e.view.State() != raft.Leader {
 			e.unpublish()
 			return true
 		}
-		t0 := e.raft.CurrentTerm()
+		t0 := e.view.CurrentTerm()
 		if _, ok := e.held(); ok {
 			return true // already confirmed for the current term
 		}
 		e.unpublish()
 		committed, stillLeader := e.awaitOwnCommit(t0)
 		if !committed && stillLeader {
-			if err := e.wait(context.Background(), e.raft.Barrier(0)); err != nil {
+			if err := e.wait(context.Background(), e.view.Barrier(0)); err != nil {
 				if t, ok := e.tripleRead(); ok && t == t0 {
 					e.log.Debug("barrier failed while leader, will retry", "term", t0, "error", err)
 					return false
@@ -232,7 +232,7 @@ func (e *Election) awaitOwnCommit(t0 uint64) (committed, stillLeader bool) {
 		if t, ok := e.tripleRead(); !ok || t != t0 {
 			return false, false
 		}
-		if ci := e.raft.CommitIndex(); ci > 0 {
+		if ci := e.view.CommitIndex(); ci > 0 {
 			var l raft.Log
 			if err := e.logs.GetLog(ci, &l); err == nil && l.Term == t0 {
 				return true, true
@@ -247,6 +247,16 @@ func (e *Election) awaitOwnCommit(t0 uint64) (committed, stillLeader bool) {
 		case <-tick.C: // poll interval
 		}
 	}
+}
+
+// raftView is the part of raft that the triple read and confirm read:
+// raft itself, or in confirm_test.go a scripted raft that drives confirm
+// through the interleavings a live cluster hits only by chance.
+type raftView interface {
+	CurrentTerm() uint64
+	State() raft.RaftState
+	CommitIndex() uint64
+	Barrier(timeout time.Duration) raft.Future
 }
 
 func (e *Election) unpublish() {

@@ -35,6 +35,7 @@ const (
 // raftNode is this node's running raft and what it was built from.
 type raftNode struct {
 	raft      *raft.Raft
+	view      raftView              // raft as the triple read and confirm see it (epoch.go)
 	bolt      *raftboltdb.BoltStore // nil when InMemory
 	logs      raft.LogStore         // the store raft appends to (confirm reads it)
 	localAddr string                // the transport's address
@@ -89,6 +90,7 @@ func openNode(c Config, notifyCh chan<- bool) (*raftNode, error) {
 		return nil, fmt.Errorf("election: starting raft: %w", err)
 	}
 	n.raft = r
+	n.view = r
 	n.term.r.Store(r)
 	n.admit = &admission{raft: r, log: c.Logger, self: rc.LocalID}
 	// Over TLS, a connection whose certificate names a current member

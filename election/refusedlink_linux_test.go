@@ -29,21 +29,23 @@ import (
 // elsewhere explains it (refusedLinkVerdict); raw raft is reported beside
 // it.
 func TestRefusedLinkKernel(t *testing.T) {
-	const ht, et, llt = 200 * time.Millisecond, 200 * time.Millisecond, 100 * time.Millisecond
-	hold := refusedLinkHold(5 * time.Second)
+	ht, et, llt, hold := refusedLinkTimeouts(5 * time.Second)
+	t.Logf("HT = %v, ET = %v, LLT = %v, hold %v", ht, et, llt, hold)
 	lab := newNetnsLab(t, 3)
 	// Each follower's link in turn: h1 announces, h2 can win (issue 27).
 	for _, a := range []int{0, 1} {
 		t.Run(fmt.Sprintf("h%d", a+1), func(t *testing.T) {
+			var unjudged []string
 			for attempt := 1; ; attempt++ {
 				var tf, rr leaderTrace
 				var unexplained int
+				var disturbed bool
 				failed := false
 				t.Run(fmt.Sprintf("attempt-%d", attempt), func(t *testing.T) {
-					tf, rr, unexplained = refusedLinkKernel(t, lab, ht, et, llt, hold, a)
+					tf, rr, unexplained, disturbed = refusedLinkKernel(t, lab, ht, et, llt, hold, a)
 					failed = t.Failed()
 				})
-				if failed || !refusedLinkVerdict(t, attempt, &tf, &rr, unexplained) {
+				if failed || !refusedLinkVerdict(t, attempt, &tf, &rr, unexplained, disturbed, &unjudged) {
 					return
 				}
 			}
@@ -51,7 +53,7 @@ func TestRefusedLinkKernel(t *testing.T) {
 	}
 }
 
-func refusedLinkKernel(t *testing.T, lab *netnsLab, ht, et, llt, hold time.Duration, a int) (tf, rr leaderTrace, unexplained int) {
+func refusedLinkKernel(t *testing.T, lab *netnsLab, ht, et, llt, hold time.Duration, a int) (tf, rr leaderTrace, unexplained int, disturbed bool) {
 	check := newChecker(testCluster)
 	listen := func(h *nsHost, port int, id string) transport.Transport {
 		var tr transport.Transport
@@ -178,6 +180,6 @@ func refusedLinkKernel(t *testing.T, lab *netnsLab, ht, et, llt, hold time.Durat
 	}
 	sampleUntil(time.Now().Add(hold))
 	lab.heal(lab.hosts[l], lab.hosts[a])
-	sampleUntil(time.Now().Add(3 * time.Second)) // a deposed-after-heal leader would show here
-	return tf, rr, tf.unexplained(check, sampled.Add(-et), boot[a].ID)
+	sampleUntil(time.Now().Add(15 * ht)) // a deposed-after-heal leader would show here (3 s at HT 200 ms)
+	return tf, rr, tf.unexplained(check, sampled.Add(-et), boot[a].ID), check.disturbedBetween(sampled.Add(-et), time.Now(), boot[a].ID)
 }

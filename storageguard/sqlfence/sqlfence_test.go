@@ -221,6 +221,41 @@ func TestSQLiteStableBeforeUse(t *testing.T) {
 	fencetest.StableBeforeUse(t, durable, func(path string) bool { return strings.HasSuffix(path, "-shm") })
 }
 
+// TestSQLiteNotDurableRefusedOnLaterRaise: the durability check guards
+// every raise, not only a resource's first (which inserts its row): a
+// raise to 4 over a connection that does not sync is refused even though
+// term 3 was raised over one that does, and term 3 stays the highest.
+func TestSQLiteNotDurableRefusedOnLaterRaise(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	ctx := context.Background()
+	synced, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { synced.Close() })
+	if err := open(t, synced, sqlfence.SQLite).Admit(ctx, "r", ep(3, "a")); err != nil {
+		t.Fatalf("raise to 3 on synchronous=FULL: %v", err)
+	}
+	unsynced, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unsynced.Close() })
+	f := open(t, unsynced, sqlfence.SQLite)
+	if err := f.Admit(ctx, "r", ep(3, "a")); err != nil {
+		t.Fatalf("write under the current epoch on synchronous=NORMAL (no raise): %v", err)
+	}
+	if err := f.Admit(ctx, "r", ep(4, "b")); !errors.Is(err, sqlfence.ErrNotDurable) {
+		t.Fatalf("raise from 3 to 4 on synchronous=NORMAL = %v, want ErrNotDurable", err)
+	}
+	if err := f.Tx(ctx, "r", ep(4, "b"), func(*sql.Tx) error { return nil }); !errors.Is(err, sqlfence.ErrNotDurable) {
+		t.Fatalf("Tx raise from 3 to 4 on synchronous=NORMAL = %v, want ErrNotDurable", err)
+	}
+	if h, err := f.Highest(ctx, "r"); err != nil || h != ep(3, "a") {
+		t.Fatalf("Highest = %v, %v after refused raises, want %v", h, err, ep(3, "a"))
+	}
+}
+
 // TestSQLiteNotDurableRefused: on a connection whose commits are not
 // synced (synchronous below FULL) a raise is refused, not acknowledged.
 func TestSQLiteNotDurableRefused(t *testing.T) {

@@ -10,6 +10,7 @@
 //	go run ./internal/cmd/mutate                 # every mutant
 //	go run ./internal/cmd/mutate -only EP3,E1b   # some
 //	go run ./internal/cmd/mutate -check          # only check that every snippet is found once
+//	go run ./internal/cmd/mutate -set round      # the round's new code (-set all: both)
 //
 // CI runs it only with TERMFENCE_MUTATE=1 (.ci/run): a full run took 21
 // minutes on a loaded two-core machine. PostgreSQL mutants need TERMFENCE_POSTGRES_DSN, as
@@ -26,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -38,9 +40,15 @@ func main() {
 		bound   = flag.Duration("timeout", 6*time.Minute, "time bound of one mutant's tests")
 		root    = flag.String("root", ".", "the module's root")
 		verbose = flag.Bool("v", false, "print the failing output of killed mutants")
+		set     = flag.String("set", "issue27", "which mutants: issue27 (issue 27's 48), round (the round's new code), all")
 	)
 	flag.Parse()
-	ms := selected(*only)
+	all, err := mutantSet(*set)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mutate:", err)
+		os.Exit(2)
+	}
+	ms := selected(all, *only)
 	if err := validate(*root, ms); err != nil {
 		fmt.Fprintln(os.Stderr, "mutate:", err)
 		os.Exit(2)
@@ -68,7 +76,7 @@ func main() {
 		case "killed":
 			killed = append(killed, m.ID)
 			if *verbose {
-				fmt.Println(indent(lastLines(out, 15)))
+				fmt.Println(indent(failures(out, 15)))
 			}
 		case "survived":
 			survived = append(survived, m.ID)
@@ -86,16 +94,29 @@ func main() {
 	}
 }
 
-func selected(only string) []mutant {
+// mutantSet returns the mutants of a -set name.
+func mutantSet(name string) ([]mutant, error) {
+	switch name {
+	case "issue27":
+		return mutants, nil
+	case "round":
+		return roundMutants, nil
+	case "all":
+		return append(append([]mutant(nil), mutants...), roundMutants...), nil
+	}
+	return nil, fmt.Errorf("-set %q: want issue27, round or all", name)
+}
+
+func selected(all []mutant, only string) []mutant {
 	if only == "" {
-		return mutants
+		return all
 	}
 	want := map[string]bool{}
 	for _, id := range strings.Split(only, ",") {
 		want[strings.TrimSpace(id)] = true
 	}
 	var out []mutant
-	for _, m := range mutants {
+	for _, m := range all {
 		if want[m.ID] {
 			out = append(out, m)
 		}
@@ -215,5 +236,29 @@ func lastLines(b []byte, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// failures returns up to n lines of out that say what failed: the
+// "--- FAIL" lines and the tests' own messages (file.go:line), or
+// out's last n lines if it has none (a panic, a build error).
+func failures(out []byte, n int) string {
+	var keep []string
+	for _, l := range strings.Split(string(out), "\n") {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "--- FAIL") || strings.HasPrefix(t, "panic:") || testMessage.MatchString(t) {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) == 0 {
+		return lastLines(out, n)
+	}
+	if len(keep) > n {
+		keep = keep[:n]
+	}
+	return strings.Join(keep, "\n")
+}
+
+// testMessage matches the start of a test's log line: "name_test.go:123: "
+// (or a helper's, "suite.go:45: ").
+var testMessage = regexp.MustCompile(`^[A-Za-z0-9_]+\.go:[0-9]+: `)
 
 func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }
