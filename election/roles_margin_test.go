@@ -64,13 +64,13 @@ func (c *stopClock) resume() {
 
 // TestRolesReassignAfterLeaseAndMargin: the leader moves a cut-off
 // member's roles only once its clock is past the member's last granted
-// renewal plus the lease plus the margin (docs/DESIGN.md, "Reassignment":
-// L + M, M = L/4), never at L alone — the margin is what covers a member
-// whose clock runs a little slow. The leader's role clock is stopped and
-// set by the test, so the check is exact, without a timing window: at
-// lastRenew + L + M/2 nothing moves however long the test waits, at
-// lastRenew + L + M + 1ms the roles move. On the way, the cut-off member,
-// its lease lapsed, hands out none of the roles its table still grants it.
+// renewal plus the bound B (docs/DESIGN.md: RoleLease; the member itself
+// holds only H = 4B/5), never at H alone — the gap B − H is what covers a
+// member whose clock runs a little slow. The leader's role clock is stopped
+// and set by the test, so the check is exact, without a timing window: at
+// lastRenew + H + (B−H)/2 nothing moves however long the test waits, at
+// lastRenew + B + 1ms the roles move. On the way, the cut-off member, its
+// hold lapsed, hands out none of the roles its table still grants it.
 func TestRolesReassignAfterLeaseAndMargin(t *testing.T) {
 	roles := roleNames(6)
 	lease := 4 * testHT
@@ -192,31 +192,31 @@ func marginAttempt(t *testing.T, c *cluster, roles []string, clocks map[string]*
 		t.Fatalf("the leader moved %s's roles %v while its role clock stood at %s's last renewal", v.id, held, v.id)
 	}
 
-	// Past the lease, inside the margin: the others renew at this
+	// Past the hold, inside the bound: the others renew at this
 	// reading (so they are live, and would be given v's roles), then a
 	// pass of the assigner must leave v's roles where they are.
-	inside := t0 + rs.lease + rs.margin/2
+	inside := t0 + rs.hold + (rs.bound-rs.hold)/2
 	clk.set(t, inside)
 	for _, id := range []string{ld.id, m.id} {
 		if !renewedAt(id, inside) {
 			return false, "leadership changed before " + id + " renewed"
 		}
 	}
-	rs.assignOnce(context.Background())
+	rs.assignOnce(context.Background(), true)
 	if got := owned(); !slices.Equal(got, before) {
 		if !stillLeading() {
 			return false, "leadership changed inside the margin"
 		}
-		t.Fatalf("at lease + margin/2 (%v) after %s's last renewal, the leader moved its roles: %v -> %v (the margin is %v)",
-			rs.lease+rs.margin/2, v.id, before, got, rs.margin)
+		t.Fatalf("at H + (B-H)/2 (%v) after %s's last renewal, the leader moved its roles: %v -> %v (B-H is %v)",
+			rs.hold+(rs.bound-rs.hold)/2, v.id, before, got, rs.bound-rs.hold)
 	}
 
-	// Past lease + margin: the roles move (the check above was about the
-	// margin, not an assigner that does nothing).
-	clk.set(t, t0+rs.lease+rs.margin+time.Millisecond)
+	// Past B: the roles move (the check above was about the bound, not an
+	// assigner that does nothing).
+	clk.set(t, t0+rs.bound+time.Millisecond)
 	poke(rs.assignCh)
 	moved := true
-	waitFor(t, v.id+"'s roles moved past lease + margin", func() bool {
+	waitFor(t, v.id+"'s roles moved past the bound", func() bool {
 		if !stillLeading() {
 			moved = false
 			return true
@@ -342,11 +342,11 @@ func leaseFromSendAttempt(t *testing.T, v *node, lease time.Duration) (judged bo
 		}
 		until := rs.leaseUntil.load()
 		now := rs.clk()
-		if until <= set+rs.lease {
+		if until <= set+rs.hold {
 			return false
 		}
-		if ahead := until - now; ahead > rs.lease-d {
-			bad = fmt.Sprintf("%s's role lease runs %v ahead of its clock, more than L - d = %v: it was counted from later than the send of a renewal delayed %v", v.id, ahead, rs.lease-d, d)
+		if ahead := until - now; ahead > rs.hold-d {
+			bad = fmt.Sprintf("%s's role lease runs %v ahead of its clock, more than L - d = %v: it was counted from later than the send of a renewal delayed %v", v.id, ahead, rs.hold-d, d)
 			return true
 		}
 		if len(checked) == 0 || checked[len(checked)-1] != until {

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -372,27 +371,6 @@ func TestRolesPartitionedHolderStopsFirst(t *testing.T) {
 	}
 }
 
-// stoppableClock is a role clock that runs with real time until stop is
-// called and then stands still: a member whose clock lies as far as a clock
-// can. Standing still, rather than running slow, makes the lie independent
-// of how long the machine takes to reassign: a slow clock's lease still
-// lapses once enough real time passes, which a loaded machine can reach.
-type stoppableClock struct {
-	base    time.Time
-	stopped atomic.Int64 // the reading it stands at, plus one; 0 while running
-}
-
-func newStoppableClock() *stoppableClock { return &stoppableClock{base: time.Now()} }
-
-func (c *stoppableClock) now() time.Duration {
-	if at := c.stopped.Load(); at != 0 {
-		return time.Duration(at - 1)
-	}
-	return time.Since(c.base)
-}
-
-func (c *stoppableClock) stop() { c.stopped.CompareAndSwap(0, int64(time.Since(c.base))+1) }
-
 // rateClock is a role clock that runs at rate times real time.
 func rateClock(rate float64) func() time.Duration {
 	base := time.Now()
@@ -481,7 +459,7 @@ func TestRolesDriftWithinAssumption(t *testing.T) {
 func TestRolesLyingClockFenced(t *testing.T) {
 	roles := roleNames(12)
 	liar := "n3"
-	clock := newStoppableClock()
+	clock := newStopClock() // stopped just before the isolation: a clock that lies as far as one can, whatever the machine's speed
 	c, rc := newRoleCluster(t, 3, func(nd *node, cfg *Config) {
 		withRoles(roles, 4*testHT)(nd, cfg)
 		if nd.id == liar {
