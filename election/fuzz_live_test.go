@@ -5,6 +5,8 @@ import (
 	"io"
 	"math/rand"
 	"os"
+	"path/filepath"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -36,11 +38,33 @@ import (
 // CI runs it for 60 s (.ci/run); run longer with
 // go test -run='^$' -fuzz=FuzzLiveCluster -fuzztime=30m ./election/
 func FuzzLiveCluster(f *testing.F) {
+	crashOutput(f)
 	for i := range hostile.NumAttacks {
 		f.Add(hostile.AttackSeed(i))
 	}
 	lc := newLiveCluster(f)
 	f.Fuzz(func(t *testing.T, b []byte) { lc.run(t, b) })
+}
+
+// crashOutput sends the crash report of this process (an unrecovered panic
+// or a fatal error, in any goroutine) to a file of its own under
+// $TERMFENCE_FUZZ_CRASH_DIR as well as to standard error. go test discards a
+// fuzz worker's standard error, so without it a raft goroutine's panic
+// reads only "fuzzing process hung or terminated unexpectedly: exit status
+// 2"; CI prints the files when the fuzz step fails.
+func crashOutput(tb testing.TB) {
+	dir := os.Getenv("TERMFENCE_FUZZ_CRASH_DIR")
+	if dir == "" {
+		return
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("crash-%d.txt", os.Getpid())))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := debug.SetCrashOutput(f, debug.CrashOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	f.Close() // SetCrashOutput holds its own duplicate
 }
 
 // liveCluster is the cluster a fuzz worker attacks, and the attacker.
