@@ -255,10 +255,10 @@ func TestAdmissionOneLeaderPerTerm(t *testing.T) {
 	for _, nd := range c.nodes {
 		x.Connect(nd.mem)
 	}
-	refusedNotLeader := func(nd *node, send func() error) (error, uint64) {
+	refusedNotLeader := func(nd *node, send func() error) (uint64, error) {
 		before := nd.el.Admission().Refused[RefusedNotLeader]
 		err := send()
-		return err, nd.el.Admission().Refused[RefusedNotLeader] - before
+		return nd.el.Admission().Refused[RefusedNotLeader] - before, err
 	}
 	for attempt := 1; ; attempt++ {
 		ld, _ := c.leader()
@@ -282,10 +282,10 @@ func TestAdmissionOneLeaderPerTerm(t *testing.T) {
 		if !steady() {
 			continue
 		}
-		errF, nF := refusedNotLeader(f, func() error {
+		nF, errF := refusedNotLeader(f, func() error {
 			return x.AppendEntries("", raft.ServerAddress(f.id), &raft.AppendEntriesRequest{RPCHeader: hdr(g.id, g.id), Term: term}, &raft.AppendEntriesResponse{})
 		})
-		errL, nL := refusedNotLeader(ld, func() error {
+		nL, errL := refusedNotLeader(ld, func() error {
 			return x.AppendEntries("", raft.ServerAddress(ld.id), &raft.AppendEntriesRequest{RPCHeader: hdr(f.id, f.id), Term: term}, &raft.AppendEntriesResponse{})
 		})
 		// After the sends f's leader is not looked at: an admitted append
