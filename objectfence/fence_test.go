@@ -174,16 +174,7 @@ func TestPausedWriter(t *testing.T) {
 // path, so a write between the two tears them) must not let the older
 // epoch write: the decision waits for two HEADs with one ETag.
 func TestTornHead(t *testing.T) {
-	k := key(t)
-	old, new := ep("c", 5, "a"), ep("c", 6, "b")
-	b := newStore(t, nil, nil)
-	mustPut(t, b, k, "v0", old)
-	srvClient := server(t).Client()
-	first, err := srvClient.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(k)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustPut(t, b, k, "B", new)
+	k, old, new, b, srvClient, first := tornSetup(t)
 	torn := &tornOnce{API: srvClient, staleMeta: first.Metadata}
 	a := newStore(t, torn, func(c *objectfence.Config) { c.CacheSize = -1 })
 	if _, err := a.Put(context.Background(), k, []byte("late"), tok(old)); !errors.Is(err, storageguard.ErrStale) {
@@ -193,6 +184,24 @@ func TestTornHead(t *testing.T) {
 		t.Fatalf("%d HEADs, want the torn one and another", torn.n.Load())
 	}
 	wantObject(t, b, k, "B", new)
+}
+
+// tornSetup writes an object under epoch 5, reads its HEAD, and writes it
+// again under epoch 6: the key, both epochs, the writing store, a plain
+// client of the server and the older object's HEAD, for a torn-HEAD test.
+func tornSetup(t *testing.T) (k string, old, new epoch.Epoch, b *objectfence.Store, srvClient *s3.Client, first *s3.HeadObjectOutput) {
+	t.Helper()
+	k = key(t)
+	old, new = ep("c", 5, "a"), ep("c", 6, "b")
+	b = newStore(t, nil, nil)
+	mustPut(t, b, k, "v0", old)
+	srvClient = server(t).Client()
+	first, err := srvClient.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(k)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, b, k, "B", new)
+	return k, old, new, b, srvClient, first
 }
 
 // tornOnce answers its first HEAD with the current ETag but the metadata

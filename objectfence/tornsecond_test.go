@@ -5,7 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/termfence/termfence/objectfence"
@@ -20,16 +19,7 @@ import (
 // would land over the newer epoch; with two ETags that differ, the store
 // reads again and refuses the older epoch.
 func TestTornSecondHead(t *testing.T) {
-	k := key(t)
-	old, new := ep("c", 5, "a"), ep("c", 6, "b")
-	b := newStore(t, nil, nil)
-	mustPut(t, b, k, "v0", old)
-	srvClient := server(t).Client()
-	first, err := srvClient.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(k)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustPut(t, b, k, "B", new)
+	k, old, new, b, srvClient, first := tornSetup(t)
 	torn := &tornSecond{API: srvClient, first: first}
 	a := newStore(t, torn, func(c *objectfence.Config) { c.CacheSize = -1 })
 	if _, err := a.Put(context.Background(), k, []byte("late"), tok(old)); !errors.Is(err, storageguard.ErrStale) {
