@@ -210,13 +210,7 @@ func TestAdmissionVoteRules(t *testing.T) {
 func TestRenewalFromStrangerRefused(t *testing.T) {
 	c := newCluster(t, 3)
 	ld, _ := c.leader()
-	var f *node
-	for _, nd := range c.nodes {
-		if nd != ld {
-			f = nd
-			break
-		}
-	}
+	f := c.other(ld)
 	x := transport.NewInmem("x")
 	x.Connect(ld.mem)
 	to := raft.ServerAddress(ld.id)
@@ -312,13 +306,7 @@ func TestAdmissionOneLeaderPerTerm(t *testing.T) {
 func TestRenewalUnknownFlagsRefused(t *testing.T) {
 	c := newCluster(t, 3)
 	ld, _ := c.leader()
-	var f *node
-	for _, nd := range c.nodes {
-		if nd != ld {
-			f = nd
-			break
-		}
-	}
+	f := c.other(ld)
 	x := transport.NewInmem("x")
 	x.Connect(ld.mem)
 	renew := func(flags uint64) func() error {
@@ -352,13 +340,7 @@ func TestRenewalUnknownFlagsRefused(t *testing.T) {
 func TestAdmissionAppendFromStranger(t *testing.T) {
 	c := newCluster(t, 3)
 	ld, _ := c.leader()
-	var f *node
-	for _, nd := range c.nodes {
-		if nd != ld {
-			f = nd
-			break
-		}
-	}
+	f := c.other(ld)
 	x := transport.NewInmem("x")
 	x.Connect(f.mem)
 	term := f.el.Raft().CurrentTerm()

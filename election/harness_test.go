@@ -60,6 +60,16 @@ func waitForUpTo(tb testing.TB, d time.Duration, what string, cond func() bool) 
 	}
 }
 
+// other returns a node of c other than nd.
+func (c *cluster) other(nd *node) *node {
+	for _, o := range c.nodes {
+		if o != nd {
+			return o
+		}
+	}
+	return nil
+}
+
 // cluster is an in-process cluster: every node on transport.NewFaulty over
 // transport.NewInmem, with a real bolt store in a temp dir, and every node's
 // Observe stream and Epoch() results fed to one invariant checker.
