@@ -192,6 +192,18 @@ func termAdmissible(t, cur uint64, joining bool) bool {
 	return t <= JumpLimit && t-cur <= TermWindow
 }
 
+// windowTop is the highest term termAdmissible lets move a node from term
+// cur (false at epoch.MaxTerm, where no higher term is admitted).
+func windowTop(cur uint64) (uint64, bool) {
+	switch {
+	case cur >= epoch.MaxTerm:
+		return 0, false
+	case cur >= JumpLimit:
+		return cur + 1, true
+	}
+	return max(cur+1, min(cur+TermWindow, JumpLimit)), true
+}
+
 // admission is the gate between the transport and raft: every RPC the
 // transport receives passes check before raft sees it, and check admits
 // only RPCs that match the definition of a valid RPC in docs/DESIGN.md

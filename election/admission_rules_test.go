@@ -3,6 +3,7 @@ package election
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -42,6 +43,27 @@ func TestTermWindow(t *testing.T) {
 		if got := termAdmissible(c.t, c.cur, c.joining); got != c.want {
 			t.Errorf("termAdmissible(%d, %d, joining %v) = %v, want %v", c.t, c.cur, c.joining, got, c.want)
 		}
+	}
+}
+
+// TestWindowTop: the term a response beyond the window is clamped to is
+// the highest one termAdmissible lets move the node, at the edges and at
+// random current terms.
+func TestWindowTop(t *testing.T) {
+	curs := []uint64{0, 1, 7, TermWindow, JumpLimit - TermWindow - 1, JumpLimit - TermWindow, JumpLimit - 5,
+		JumpLimit - 1, JumpLimit, JumpLimit + 1, epoch.MaxTerm - 1}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 1000 {
+		curs = append(curs, rng.Uint64N(epoch.MaxTerm))
+	}
+	for _, cur := range curs {
+		top, ok := windowTop(cur)
+		if !ok || top <= cur || !termAdmissible(top, cur, false) || termAdmissible(top+1, cur, false) {
+			t.Fatalf("windowTop(%d) = %d, %v: not the highest admissible term above it", cur, top, ok)
+		}
+	}
+	if top, ok := windowTop(epoch.MaxTerm); ok {
+		t.Fatalf("windowTop(MaxTerm) = %d: no term above MaxTerm is admissible", top)
 	}
 }
 

@@ -297,3 +297,29 @@ func TestAttackWindowGap(t *testing.T) {
 	}
 	c.leaderAbove(2 * TermWindow)
 }
+
+// TestAttackNodeAhead: a peer claiming to be the leader pushes one
+// follower's term up by the whole window, twice, while the others hear
+// nothing: that follower is then more than the window ahead, so the others
+// refuse its pre-votes as too high, and the leader, whose appends it
+// refuses as stale, refused its answers' term the same way, kept leading
+// and never learned. Found by FuzzLiveCluster (a forged snapshot and a vote
+// left z2 a Candidate at 2^32+1 above the others for minutes). The leader
+// now sees the answer's term clamped to the top of its window: it steps
+// down, and the next pre-vote rounds raise the others window by window.
+func TestAttackNodeAhead(t *testing.T) {
+	c := newTCPCluster(t, []string{"a1", "a2", "a3"}, nil)
+	ld, _ := c.leaderAbove(0)
+	ahead := c.followerOf(ld)
+	tr := plainStranger(t)
+	for range 2 {
+		term := ahead.el.Raft().CurrentTerm() + TermWindow
+		_ = tr.AppendEntries("", raft.ServerAddress(ahead.addr), &raft.AppendEntriesRequest{
+			RPCHeader: hdr(ld.id, ld.addr), Term: term,
+		}, &raft.AppendEntriesResponse{})
+	}
+	if gap := ahead.el.Raft().CurrentTerm() - ld.el.Raft().CurrentTerm(); gap <= TermWindow {
+		t.Fatalf("the attack left %s %d ahead of the leader, not more than the window", ahead.id, gap)
+	}
+	c.leaderAbove(2 * TermWindow)
+}

@@ -230,33 +230,46 @@ type termSource struct {
 	reported map[raft.ServerAddress]uint64 // the highest term each peer answered with
 }
 
-// responseTerm refuses a response term outside the term window
-// (termAdmissible in admission.go): raft adopts a higher term from a vote
-// or pre-vote response as it does from a request, so a peer that answers
+// responseTerm returns the term raft is to see in a response that carried
+// term t, or an error if it is to see none. raft adopts a higher term from a
+// vote or pre-vote response as it does from a request, and steps down on a
+// higher term in an append or snapshot response, so a peer that answers
 // with an impossible term would otherwise do what admission stops it from
-// doing as a sender.
+// doing as a sender. The rules (termAdmissible in admission.go):
 //
-// Evidence lets a node that fell further behind than the window catch up
-// (RAFT-NOTES, "Big honest jumps"; a node that was away while a peer raised
-// the others' terms window by window): a term up to JumpLimit is admitted
-// once a quorum of the other voters — every other voter of a cluster of
-// three — answered this node's own RPCs (at the addresses its
-// configuration has for them, over TLS the certificates those servers'
-// IDs name) with that term or a higher one. A lagging node's pre-vote
-// round gets those answers. One peer, however it lies, is no quorum.
-func (s *termSource) responseTerm(what string, target raft.ServerAddress, t uint64) error {
+//   - a term inside the window from this node's current term passes;
+//   - a term up to JumpLimit passes once a quorum of the other voters —
+//     every other voter of a cluster of three — answered this node's own
+//     RPCs (at the addresses its configuration has for them, over TLS the
+//     certificates those servers' IDs name) with that term or a higher one.
+//     A node that fell further behind than the window (RAFT-NOTES, "Big
+//     honest jumps"; a node that was away while a peer raised the others'
+//     terms window by window) catches up in its next pre-vote round. One
+//     peer, however it lies, is no quorum;
+//   - any other higher term is clamped to the highest term the window
+//     admits (windowTop): raft sees that its term is stale, steps down or
+//     moves up by at most the window, as one forged request could move it.
+//     Refusing it instead left a node that a peer had pushed more than the
+//     window ahead of the others out for good: its own RPCs were refused
+//     as too high, and the leader never learned it was stale
+//     (TestAttackNodeAhead, found by FuzzLiveCluster). Window by window,
+//     one election each, the others reach it.
+func (s *termSource) responseTerm(what string, target raft.ServerAddress, t uint64) (uint64, error) {
 	r := s.r.Load()
 	if r == nil {
-		return nil
+		return t, nil
 	}
 	cur := r.CurrentTerm()
 	if termAdmissible(t, cur, false) {
-		return nil
+		return t, nil
 	}
 	if t <= JumpLimit && s.quorumReports(r, target, t) {
-		return nil
+		return t, nil
 	}
-	return fmt.Errorf("%w: %s response from %s carries term %d, outside the window from current term %d", ErrRefused, what, target, t, cur)
+	if top, ok := windowTop(cur); ok {
+		return top, nil
+	}
+	return 0, fmt.Errorf("%w: %s response from %s carries term %d, outside the window from current term %d", ErrRefused, what, target, t, cur)
 }
 
 // quorumReports records that target answered with term t and reports
@@ -305,7 +318,9 @@ func (t inboxTransport) AppendEntries(id raft.ServerID, target raft.ServerAddres
 	if err := t.Transport.AppendEntries(id, target, args, resp); err != nil {
 		return err
 	}
-	return t.term.responseTerm("AppendEntries", target, resp.Term)
+	term, err := t.term.responseTerm("AppendEntries", target, resp.Term)
+	resp.Term = term
+	return err
 }
 
 // RequestVote implements raft.Transport, checking the response's term.
@@ -313,7 +328,9 @@ func (t inboxTransport) RequestVote(id raft.ServerID, target raft.ServerAddress,
 	if err := t.Transport.RequestVote(id, target, args, resp); err != nil {
 		return err
 	}
-	return t.term.responseTerm("RequestVote", target, resp.Term)
+	term, err := t.term.responseTerm("RequestVote", target, resp.Term)
+	resp.Term = term
+	return err
 }
 
 // RequestPreVote implements raft.WithPreVote, checking the response's term.
@@ -321,7 +338,9 @@ func (t inboxTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddre
 	if err := t.Transport.RequestPreVote(id, target, args, resp); err != nil {
 		return err
 	}
-	return t.term.responseTerm("RequestPreVote", target, resp.Term)
+	term, err := t.term.responseTerm("RequestPreVote", target, resp.Term)
+	resp.Term = term
+	return err
 }
 
 // InstallSnapshot implements raft.Transport, checking the response's term.
@@ -329,7 +348,9 @@ func (t inboxTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddr
 	if err := t.Transport.InstallSnapshot(id, target, args, resp, data); err != nil {
 		return err
 	}
-	return t.term.responseTerm("InstallSnapshot", target, resp.Term)
+	term, err := t.term.responseTerm("InstallSnapshot", target, resp.Term)
+	resp.Term = term
+	return err
 }
 
 // forward hands raft each RPC the transport receives on in that the
