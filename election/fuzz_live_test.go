@@ -1,12 +1,14 @@
 package election
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +34,12 @@ import (
 //   - at most one leader per term, and I1 (an epoch only for a term the node
 //     won), as the harness's checker sees them (every node's epoch polled);
 //   - once the input stops, a leader with a confirmed epoch that every node
-//     follows, within leaderWait.
+//     follows, within leaderAbove's wait. Under the fuzzing engine each
+//     input has fuzzBudget (the engine kills a worker after 10 s on one
+//     input); a cluster still unsettled then is waited for by the inputs
+//     that follow, which send nothing, and the one that finds it unsettled
+//     for longer than leaderAbove's wait fails, naming the input that
+//     unsettled it.
 //
 // The seed corpus is every attack of issues 16 and 25 (hostile.Attacks).
 // CI runs it for 60 s (.ci/run); run longer with
@@ -72,11 +79,32 @@ type liveCluster struct {
 	c        *tcpCluster
 	stranger raft.Transport
 	view     hostile.View
+
+	// budget bounds each input under the fuzzing engine, which kills a
+	// worker whose input runs for 10 s ("deadlocked!", exit status 2,
+	// nothing else: two CI runs failed so before this budget). Zero
+	// outside the engine: each input then waits for the cluster to settle
+	// for as long as leaderAbove does.
+	budget time.Duration
+	// unsettled is when the cluster last failed to settle within an
+	// input's budget (zero: it settled after the last input), and culprit
+	// that input. Later inputs send nothing until it settles, and fail
+	// once it has been unsettled for as long as leaderAbove waits.
+	unsettled time.Time
+	culprit   []byte
 }
+
+// fuzzBudget is the time an input may take under the fuzzing engine: its
+// RPCs are sent in the first half, and the cluster has the rest to settle.
+const fuzzBudget = 6 * time.Second
+
+// sendTimeout bounds each hostile RPC (the attacker's transport's own
+// timeout, and a raw frame's).
+const sendTimeout = 2 * time.Second
 
 func newLiveCluster(tb testing.TB) *liveCluster {
 	c := newTCPCluster(tb, []string{"z1", "z2", "z3"}, nil)
-	stranger, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 2*time.Second, io.Discard)
+	stranger, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, sendTimeout, io.Discard)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -96,22 +124,82 @@ func newLiveCluster(tb testing.TB) *liveCluster {
 		}
 		return -1
 	}
-	return &liveCluster{c: c, stranger: stranger, view: view}
+	lc := &liveCluster{c: c, stranger: stranger, view: view}
+	if fuzzing() {
+		lc.budget = fuzzBudget
+	}
+	return lc
+}
+
+// fuzzing reports whether this process runs inputs for the fuzzing engine
+// (go test -fuzz), as a worker or as the coordinator.
+func fuzzing() bool {
+	for _, name := range []string{"test.fuzzworker", "test.fuzz"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			return true
+		}
+	}
+	return false
+}
+
+// settle waits until a leader with a confirmed epoch is followed by every
+// node, or until deadline (zero: as long as leaderAbove waits, failing t
+// then), and reports whether it came.
+func (lc *liveCluster) settle(t testing.TB, deadline time.Time) bool {
+	if deadline.IsZero() {
+		lc.c.leaderAbove(0)
+		return true
+	}
+	for {
+		if _, _, ok := lc.c.settledAbove(0); ok {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pollTick) // poll interval
+	}
 }
 
 // run delivers the RPCs of input b and checks the oracles.
 func (lc *liveCluster) run(t testing.TB, b []byte) {
 	c, stranger, view := lc.c, lc.stranger, lc.view
 	c.t = t
+	start := time.Now()
+	var deadline, sendBy time.Time
+	if lc.budget > 0 {
+		deadline, sendBy = start.Add(lc.budget), start.Add(lc.budget/2)
+	}
+	if !lc.unsettled.IsZero() {
+		// An earlier input left the cluster unsettled: this one only waits.
+		if !lc.settle(t, deadline) {
+			if d := time.Since(lc.unsettled); d > 3*waitLong {
+				t.Fatalf("no leader followed by all for %v since input %x (this input %x sent nothing)\nlast state:%s", d, lc.culprit, b, c.stateLines())
+			}
+			return
+		}
+		t.Logf("the cluster settled %v after input %x", time.Since(lc.unsettled), lc.culprit)
+		lc.unsettled, lc.culprit = time.Time{}, nil
+		start = time.Now()
+		if lc.budget > 0 {
+			deadline, sendBy = start.Add(lc.budget), start.Add(lc.budget/2)
+		}
+	}
 	ops := hostile.Generate(b, view)
 	before := c.maxTerm()
+	sent := 0
 	for _, op := range ops {
-		err := hostile.Send(stranger, c.nodes[op.Target].addr, op, 5*time.Second)
+		if !sendBy.IsZero() && time.Now().After(sendBy) {
+			t.Logf("sent %d of %d RPCs within %v", sent, len(ops), lc.budget/2)
+			break
+		}
+		err := hostile.Send(stranger, c.nodes[op.Target].addr, op, sendTimeout)
+		sent++
 		if err == nil && op.MustRefuse {
 			t.Errorf("%s to %s: admitted", op.Name, c.nodes[op.Target].id)
 		}
 	}
-	n := uint64(len(ops))
+	n := uint64(sent)
 	for _, nd := range c.nodes {
 		tm := nd.el.Raft().CurrentTerm()
 		if tm > before+n*TermWindow+1000 || tm > max(before, JumpLimit)+n+1000 {
@@ -121,10 +209,14 @@ func (lc *liveCluster) run(t testing.TB, b []byte) {
 			c.check.epoch("poll", nd.id, ep)
 		}
 	}
-	start := time.Now()
-	c.leaderAbove(0)
-	if d := time.Since(start); d > 10*c.et {
-		t.Logf("a leader again after %v (%.0f election timeouts)", d, float64(d)/float64(c.et))
+	settleStart := time.Now()
+	if lc.settle(t, deadline) {
+		if d := time.Since(settleStart); d > 10*c.et {
+			t.Logf("a leader again after %v (%.0f election timeouts)", d, float64(d)/float64(c.et))
+		}
+	} else {
+		lc.unsettled, lc.culprit = settleStart, append([]byte(nil), b...)
+		t.Logf("no leader followed by all within this input's budget of %v; later inputs wait. State:%s", lc.budget, c.stateLines())
 	}
 	for _, nd := range c.nodes {
 		if ep, err := nd.el.Epoch(); err == nil {
@@ -134,6 +226,20 @@ func (lc *liveCluster) run(t testing.TB, b []byte) {
 	if v := c.check.violations(); len(v) > 0 {
 		t.Fatalf("invariants broken: %v", fmt.Sprint(v))
 	}
+}
+
+// stateLines is one line per node, for a failure's report: its term,
+// state, leader, log, commit, applied index and last contact.
+func (c *tcpCluster) stateLines() string {
+	var b strings.Builder
+	for _, nd := range c.nodes {
+		st := nd.el.Raft().Stats()
+		_, lid := nd.el.Raft().LeaderWithID()
+		fmt.Fprintf(&b, "\n  %s: term %s, %s, leader %q, last log %s/%s, commit %s, applied %s, last contact %s, admission %+v",
+			nd.id, st["term"], st["state"], lid, st["last_log_index"], st["last_log_term"], st["commit_index"],
+			st["applied_index"], st["last_contact"], nd.el.Admission())
+	}
+	return b.String()
 }
 
 // TestLiveClusterRandom feeds FuzzLiveCluster's target random inputs for

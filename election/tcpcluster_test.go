@@ -92,22 +92,31 @@ func (c *tcpCluster) leaderAbove(term uint64) (*tcpNode, epoch.Epoch) {
 	// Three times the usual wait: at these timeouts, on a machine loaded
 	// enough, raft can take a while to settle on a leader all follow.
 	waitForUpTo(c.t, 3*waitLong, fmt.Sprintf("a leader above term %d followed by all", term), func() bool {
-		ld = nil
-		for _, nd := range c.nodes {
-			if e, err := nd.el.Epoch(); err == nil && e.Term > term {
-				c.check.epoch("poll", nd.id, e)
-				ld, ep = nd, e
-			}
-		}
-		if ld == nil {
-			return false
-		}
-		for _, nd := range c.nodes {
-			if _, id := nd.el.Raft().LeaderWithID(); string(id) != ld.id || nd.el.Raft().CurrentTerm() != ep.Term {
-				return false
-			}
-		}
-		return true
+		var ok bool
+		ld, ep, ok = c.settledAbove(term)
+		return ok
 	})
 	return ld, ep
+}
+
+// settledAbove reports a node holding an epoch above term that every other
+// node follows, if there is one now.
+func (c *tcpCluster) settledAbove(term uint64) (*tcpNode, epoch.Epoch, bool) {
+	var ld *tcpNode
+	var ep epoch.Epoch
+	for _, nd := range c.nodes {
+		if e, err := nd.el.Epoch(); err == nil && e.Term > term {
+			c.check.epoch("poll", nd.id, e)
+			ld, ep = nd, e
+		}
+	}
+	if ld == nil {
+		return nil, ep, false
+	}
+	for _, nd := range c.nodes {
+		if _, id := nd.el.Raft().LeaderWithID(); string(id) != ld.id || nd.el.Raft().CurrentTerm() != ep.Term {
+			return nil, ep, false
+		}
+	}
+	return ld, ep, true
 }
