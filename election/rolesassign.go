@@ -241,6 +241,18 @@ func (rs *roles) assignOnce(ctx context.Context, changed bool) time.Duration {
 	return 0 // look again at once: the entries may enable more
 }
 
+// announce carries the commit of the plan just applied to the followers at
+// once. A follower learns a commit index only from an AppendEntries that
+// carries entries or, with none to send, from raft's CommitTimeout tick
+// (50–100 ms later); so a follower given a role started up to 100 ms after
+// the leader had committed the grant — three quarters of a role failover's
+// overhead beyond the lease bound (docs/PERFORMANCE.md, "Roles"). A barrier
+// is an entry the FSM never sees: its AppendEntries carries the plan's
+// commit index, one round trip after the commit. It is not waited for.
+func (rs *roles) announce() {
+	_ = rs.e.raft.Barrier(0)
+}
+
 // pickLocked chooses the new owner of r: the handover target if it is
 // live, else the least-loaded live member.
 func (rs *roles) pickLocked(r string, least func() string, isLive map[string]bool) string {
@@ -303,6 +315,8 @@ func (rs *roles) commitPlan(ctx context.Context, term uint64, p plan) {
 	}
 	if err != nil {
 		rs.e.log.Debug("roles: assignment failed", "error", err)
+	} else if idx > 0 {
+		rs.announce()
 	}
 	rs.mu.Lock()
 	for id := range p.from {
