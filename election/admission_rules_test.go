@@ -375,3 +375,60 @@ func TestAdmissionAppendFromStranger(t *testing.T) {
 		t.Fatalf("%s follows the stranger", f.id)
 	}
 }
+
+// TestResponseTermRule: the term raft sees in a response to one of its own
+// RPCs (termSource.responseTerm). Inside the window it passes; beyond it,
+// from one peer, raft sees the top of the window (it learns it is stale,
+// and moves at most the window: one lying peer cannot move it further);
+// once every other voter of three has answered with it, the whole term up
+// to JumpLimit passes (a lagging node catches up).
+func TestResponseTermRule(t *testing.T) {
+	c := newCluster(t, 3)
+	ld, _ := c.leader()
+	f := ld.el.Raft().GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	var others []raft.ServerAddress
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) != ld.id {
+			others = append(others, s.Address)
+		}
+	}
+	ts := ld.el.term
+	// The expectations are relative to the current term: on a loaded
+	// machine an election may move it mid-table, and the table runs again.
+	for attempt := 1; ; attempt++ {
+		cur := ld.el.Raft().CurrentTerm()
+		var errs []string
+		for _, tc := range []struct {
+			what string
+			from raft.ServerAddress
+			t    uint64
+			want uint64
+			err  bool
+		}{
+			{"lower", others[0], cur - 1, cur - 1, false},
+			{"inside the window", others[0], cur + TermWindow, cur + TermWindow, false},
+			{"beyond it, one peer", others[0], cur + 3*TermWindow, cur + TermWindow, false},
+			{"beyond it, the same peer again", others[0], cur + 3*TermWindow, cur + TermWindow, false},
+			{"beyond it, the second peer too: a quorum", others[1], cur + 3*TermWindow, cur + 3*TermWindow, false},
+			{"beyond the jump limit", others[0], JumpLimit + 1, cur + TermWindow, false},
+			{"a stranger's address", "elsewhere:1", cur + 3*TermWindow + 1, cur + TermWindow, false},
+		} {
+			got, err := ts.responseTerm("AppendEntries", tc.from, tc.t)
+			if (err != nil) != tc.err || got != tc.want {
+				errs = append(errs, fmt.Sprintf("%s: responseTerm(%d) from current term %d = %d, %v; want %d (error %v)", tc.what, tc.t, cur, got, err, tc.want, tc.err))
+			}
+		}
+		if ld.el.Raft().CurrentTerm() == cur {
+			for _, e := range errs {
+				t.Error(e)
+			}
+			return
+		}
+		if attempt == 5 {
+			t.Fatalf("the term moved during each of %d attempts", attempt)
+		}
+	}
+}
