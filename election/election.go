@@ -220,11 +220,14 @@ func (e *Election) hasOtherVoter() bool {
 // f.Error is called on a helper goroutine that is not waited for. raft
 // answers every future it accepted before Shutdown returns, with one
 // exception: a future still queued inside raft at that moment (a batch
-// waiting for raft's FSM goroutine, say) is never answered. A helper
-// blocked on such a future would never end, so Close does not wait for the
-// helpers; all others end as soon as raft answers.
+// waiting for raft's FSM goroutine, say) is never answered. Close drains
+// that queue first (closesettle.go), but a node whose raft was shut down
+// underneath it (a crash in the tests) or whose queue did not drain in time
+// would leave the helper blocked for good; endOnClose ends it when Close
+// closes e.stop.
 func (e *Election) wait(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
+	endOnClose(f, e.stop)
 	go func() { done <- f.Error() }()
 	select {
 	case err := <-done:
