@@ -230,32 +230,43 @@ func TestAdmissionVoteRules(t *testing.T) {
 // one. Before this rule the roles code answered anyone's (issue 25's
 // forge counted those answers as accepted in the fault suite).
 func TestRenewalFromStrangerRefused(t *testing.T) {
+	ld, f, renew := renewalSender(t)
+	refusedAs(t, ld, "a renewal from a stranger", RefusedNotMember, renew("mallory", "x", 0))
+	refusedAs(t, ld, "a renewal without an ID", RefusedNotMember, renew("", "x", 0))
+	refusedAs(t, ld, "a renewal from a member's ID at another address", RefusedNotMember, renew(f.id, "x", 0))
+	refusedAs(t, ld, "a renewal claiming the leader itself", RefusedMalformed, renew(ld.id, ld.id, 0))
+	reachesRoles(t, ld, "a renewal from member "+f.id, renew(f.id, f.id, 0))
+}
+
+// renewalSender starts a three-node cluster and returns its leader, a
+// follower, and a sender of role renewals to the leader (a RequestPreVote
+// with term 0, flags in LastLogTerm) under any claimed identity.
+func renewalSender(t *testing.T) (ld, f *node, renew func(id, addr string, flags uint64) func() error) {
 	c := newCluster(t, 3)
-	ld, _ := c.leader()
-	f := c.other(ld)
+	ld, _ = c.leader()
+	f = c.other(ld)
 	x := transport.NewInmem("x")
 	x.Connect(ld.mem)
-	to := raft.ServerAddress(ld.id)
-	renew := func(id, addr string) func() error {
+	renew = func(id, addr string, flags uint64) func() error {
 		return func() error {
-			return x.RequestPreVote("", to, &raft.RequestPreVoteRequest{RPCHeader: hdr(id, addr), Term: 0, LastLogIndex: 1}, &raft.RequestPreVoteResponse{})
+			return x.RequestPreVote("", raft.ServerAddress(ld.id), &raft.RequestPreVoteRequest{RPCHeader: hdr(id, addr), Term: 0, LastLogIndex: 1, LastLogTerm: flags}, &raft.RequestPreVoteResponse{})
 		}
 	}
-	refusedAs(t, ld, "a renewal from a stranger", RefusedNotMember, renew("mallory", "x"))
-	refusedAs(t, ld, "a renewal without an ID", RefusedNotMember, renew("", "x"))
-	refusedAs(t, ld, "a renewal from a member's ID at another address", RefusedNotMember, renew(f.id, "x"))
-	refusedAs(t, ld, "a renewal claiming the leader itself", RefusedMalformed, renew(ld.id, ld.id))
-	// A member at its address reaches the roles code, which answers it
-	// (here without a grant: the group has no roles); admission refuses
-	// nothing.
+	return ld, f, renew
+}
+
+// reachesRoles checks that send's renewal passes admission and is answered
+// by the roles code (here without a grant: the group has no roles).
+func reachesRoles(t *testing.T, ld *node, what string, send func() error) {
+	t.Helper()
 	before := ld.el.Admission()
-	if err := renew(f.id, f.id)(); err != nil && !errors.Is(err, errRenewalRefused) {
-		t.Errorf("a renewal from member %s: %v, want an answer from the roles code", f.id, err)
+	if err := send(); err != nil && !errors.Is(err, errRenewalRefused) {
+		t.Errorf("%s: %v, want an answer from the roles code", what, err)
 	}
 	after := ld.el.Admission()
 	for r, n := range after.Refused {
 		if n != before.Refused[r] {
-			t.Errorf("a renewal from member %s: admission refused it as %s", f.id, r)
+			t.Errorf("%s: admission refused it as %s", what, r)
 		}
 	}
 }
@@ -326,32 +337,13 @@ func TestAdmissionOneLeaderPerTerm(t *testing.T) {
 // LastLogTerm, and only flag 1 (NoRoles) exists: one with any other bit
 // set, even from a member at its address, is malformed.
 func TestRenewalUnknownFlagsRefused(t *testing.T) {
-	c := newCluster(t, 3)
-	ld, _ := c.leader()
-	f := c.other(ld)
-	x := transport.NewInmem("x")
-	x.Connect(ld.mem)
-	renew := func(flags uint64) func() error {
-		return func() error {
-			return x.RequestPreVote("", raft.ServerAddress(ld.id), &raft.RequestPreVoteRequest{RPCHeader: hdr(f.id, f.id), Term: 0, LastLogIndex: 1, LastLogTerm: flags}, &raft.RequestPreVoteResponse{})
-		}
-	}
+	ld, f, renew := renewalSender(t)
 	for _, flags := range []uint64{2, 3, 4, 1 << 63} {
-		refusedAs(t, ld, fmt.Sprintf("a renewal from member %s with flags %#x", f.id, flags), RefusedMalformed, renew(flags))
+		refusedAs(t, ld, fmt.Sprintf("a renewal from member %s with flags %#x", f.id, flags), RefusedMalformed, renew(f.id, f.id, flags))
 	}
-	// Flags 0 and 1 reach the roles code (which refuses a grant here: the
-	// group has no roles), not admission.
+	// Flags 0 and 1 reach the roles code, not admission.
 	for _, flags := range []uint64{0, renewFlagNoRoles} {
-		before := ld.el.Admission()
-		if err := renew(flags)(); err != nil && !errors.Is(err, errRenewalRefused) {
-			t.Errorf("a renewal from member %s with flags %#x: %v, want an answer from the roles code", f.id, flags, err)
-		}
-		after := ld.el.Admission()
-		for r, n := range after.Refused {
-			if n != before.Refused[r] {
-				t.Errorf("a renewal from member %s with flags %#x: admission refused it as %s", f.id, flags, r)
-			}
-		}
+		reachesRoles(t, ld, fmt.Sprintf("a renewal from member %s with flags %#x", f.id, flags), renew(f.id, f.id, flags))
 	}
 }
 

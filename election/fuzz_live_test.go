@@ -134,31 +134,20 @@ func newLiveCluster(tb testing.TB) *liveCluster {
 // fuzzing reports whether this process runs inputs for the fuzzing engine
 // (go test -fuzz), as a worker or as the coordinator.
 func fuzzing() bool {
-	for _, name := range []string{"test.fuzzworker", "test.fuzz"} {
-		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
-			return true
-		}
-	}
-	return false
+	// A worker runs with the coordinator's flags plus -test.fuzzworker.
+	f := flag.Lookup("test.fuzz")
+	return f != nil && f.Value.String() != ""
 }
 
 // settle waits until a leader with a confirmed epoch is followed by every
-// node, or until deadline (zero: as long as leaderAbove waits, failing t
-// then), and reports whether it came.
-func (lc *liveCluster) settle(t testing.TB, deadline time.Time) bool {
+// node, or until deadline (zero: as long as leaderAbove waits, failing the
+// cluster's test then), and reports whether it came.
+func (lc *liveCluster) settle(deadline time.Time) bool {
 	if deadline.IsZero() {
 		lc.c.leaderAbove(0)
 		return true
 	}
-	for {
-		if _, _, ok := lc.c.settledAbove(0); ok {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(pollTick) // poll interval
-	}
+	return pollUntil(deadline, func() bool { _, _, ok := lc.c.settledAbove(0); return ok })
 }
 
 // run delivers the RPCs of input b and checks the oracles.
@@ -172,18 +161,17 @@ func (lc *liveCluster) run(t testing.TB, b []byte) {
 	}
 	if !lc.unsettled.IsZero() {
 		// An earlier input left the cluster unsettled: this one only waits.
-		if !lc.settle(t, deadline) {
-			if d := time.Since(lc.unsettled); d > 3*waitLong {
+		if !lc.settle(deadline) {
+			if d := time.Since(lc.unsettled); d > settleWait {
 				t.Fatalf("no leader followed by all for %v since input %x (this input %x sent nothing)\nlast state:%s", d, lc.culprit, b, c.stateLines())
 			}
 			return
 		}
+		// Settled, but part of this input's budget is gone: the next
+		// input sends.
 		t.Logf("the cluster settled %v after input %x", time.Since(lc.unsettled), lc.culprit)
 		lc.unsettled, lc.culprit = time.Time{}, nil
-		start = time.Now()
-		if lc.budget > 0 {
-			deadline, sendBy = start.Add(lc.budget), start.Add(lc.budget/2)
-		}
+		return
 	}
 	ops := hostile.Generate(b, view)
 	before := c.maxTerm()
@@ -210,7 +198,7 @@ func (lc *liveCluster) run(t testing.TB, b []byte) {
 		}
 	}
 	settleStart := time.Now()
-	if lc.settle(t, deadline) {
+	if lc.settle(deadline) {
 		if d := time.Since(settleStart); d > 10*c.et {
 			t.Logf("a leader again after %v (%.0f election timeouts)", d, float64(d)/float64(c.et))
 		}

@@ -51,13 +51,20 @@ func waitFor(tb testing.TB, what string, cond func() bool) {
 // waitForUpTo polls cond until it holds or d passes.
 func waitForUpTo(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
+	if !pollUntil(time.Now().Add(d), cond) {
+		tb.Fatalf("timed out after %v waiting for %s", d, what)
+	}
+}
+
+// pollUntil polls cond until it holds (true) or deadline passes (false).
+func pollUntil(deadline time.Time, cond func() bool) bool {
 	for !cond() {
 		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", d, what)
+			return false
 		}
 		time.Sleep(pollTick) // poll interval
 	}
+	return true
 }
 
 // other returns a node of c other than nd.

@@ -121,13 +121,13 @@ func (rs *roles) assignOnce(ctx context.Context, changed bool) time.Duration {
 		}
 	}
 	key.expired = strings.Join(exp, "\x00")
-	if !changed && key == rs.lastPass {
-		next := idle
-		wake := func(at time.Duration) {
-			if d := at - now + time.Millisecond; d < next {
-				next = max(d, MinTimeout)
-			}
+	next := idle
+	wake := func(at time.Duration) { // look again when at has passed
+		if d := at - now + time.Millisecond; d < next {
+			next = max(d, MinTimeout)
 		}
+	}
+	if !changed && key == rs.lastPass {
 		for _, id := range everyone {
 			if !expired(id) {
 				wake(lastRenew(id) + bound)
@@ -175,12 +175,7 @@ func (rs *roles) assignOnce(ctx context.Context, changed bool) time.Duration {
 		names = append(names, r)
 	}
 	slices.Sort(names)
-	next := idle
-	due := func(id string) { // wake when id's lease bound passes
-		if d := lastRenew(id) + bound - now + time.Millisecond; d < next {
-			next = max(d, MinTimeout)
-		}
-	}
+	due := func(id string) { wake(lastRenew(id) + bound) } // when id's lease bound passes
 	var unowned []string
 	for _, r := range names {
 		g := table[r]
@@ -202,14 +197,12 @@ func (rs *roles) assignOnce(ctx context.Context, changed bool) time.Duration {
 			due(o)
 		}
 	}
-	if !known && now <= rs.ls.tc+bound {
+	if !known && key.first {
 		// Until every member has renewed with this leader (or its first
 		// lease bound passed), hand out nothing new: a leader that just
 		// started would give every role to the first member it heard
 		// from and then move most of them again to balance.
-		if d := rs.ls.tc + bound - now + time.Millisecond; d < next {
-			next = max(d, MinTimeout)
-		}
+		wake(rs.ls.tc + bound)
 		unowned = nil
 	}
 	for _, r := range unowned {

@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -351,10 +352,7 @@ func (rs *roles) serveLoop() {
 			rs.answerAll(batch, false)
 			continue
 		}
-		self := false
-		for _, r := range batch {
-			self = self || r.id == e.cfg.ID
-		}
+		self := slices.ContainsFunc(batch, func(r renewal) bool { return r.id == e.cfg.ID })
 		if !self && !rs.t.empty() {
 			batch = append(batch, rs.selfRenewal())
 		}

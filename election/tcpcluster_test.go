@@ -83,15 +83,18 @@ func newTCPCluster(t testing.TB, ids []string, trCfg func(id string) transport.C
 	return c
 }
 
+// settleWait bounds leaderAbove: three times the usual wait, as at these
+// timeouts, on a machine loaded enough, raft can take a while to settle on
+// a leader all follow.
+var settleWait = 3 * waitLong
+
 // leaderAbove waits for a node holding an epoch above term and for every
 // other node to follow it.
 func (c *tcpCluster) leaderAbove(term uint64) (*tcpNode, epoch.Epoch) {
 	c.t.Helper()
 	var ld *tcpNode
 	var ep epoch.Epoch
-	// Three times the usual wait: at these timeouts, on a machine loaded
-	// enough, raft can take a while to settle on a leader all follow.
-	waitForUpTo(c.t, 3*waitLong, fmt.Sprintf("a leader above term %d followed by all", term), func() bool {
+	waitForUpTo(c.t, settleWait, fmt.Sprintf("a leader above term %d followed by all", term), func() bool {
 		var ok bool
 		ld, ep, ok = c.settledAbove(term)
 		return ok

@@ -355,9 +355,6 @@ func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 			}
 		}
 		mu.Unlock()
-		if roundAcks < want {
-			t.Fatalf("round %d: %d raises acknowledged in 2 minutes, waited for %d; raisers said: %v", round, roundAcks, want, lines[max(0, len(lines)-10):])
-		}
 		// Read the highest after the cut in a new process.
 		cmd := childCmd("prober", envPath+"="+path, VariantEnv+"="+opts.Variant)
 		var stderr strings.Builder

@@ -390,7 +390,8 @@ func backendError(w http.ResponseWriter, r *http.Request, err error) {
 	// loaded machine the proxy may get here after it has passed, and the
 	// client would lose its answer (a reset instead of the 504). The grace
 	// runs from now: the answer is short, and the hold does not depend on it.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeGrace))
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(writeGrace))
 	if a, ok := admissionFrom(r.Context()); ok {
 		body.Resource, body.Presented = a.resource, &a.ep
 	}
@@ -406,7 +407,7 @@ func backendError(w http.ResponseWriter, r *http.Request, err error) {
 		h.Set("Connection", "close")
 	}
 	writeJSONBytes(w, status, b)
-	_ = http.NewResponseController(w).Flush()
+	_ = rc.Flush()
 }
 
 // forward sends r to the backend under ctx (which carries the admission, if
