@@ -140,13 +140,13 @@ func (e *Election) RemoveServer(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	found, isVoter, voters := false, false, 0
+	found, isVoter, voters, addr := false, false, 0, ""
 	for _, s := range servers {
 		if s.Suffrage == raft.Voter {
 			voters++
 		}
 		if string(s.ID) == id {
-			found, isVoter = true, s.Suffrage == raft.Voter
+			found, isVoter, addr = true, s.Suffrage == raft.Voter, string(s.Address)
 		}
 	}
 	if !found {
@@ -155,13 +155,22 @@ func (e *Election) RemoveServer(ctx context.Context, id string) error {
 	if isVoter && voters == 1 {
 		return fmt.Errorf("%w: %s is the only voter", ErrLastVoter, id)
 	}
+	var change raft.IndexFuture
 	err = e.await(ctx, func() raft.Future {
-		return e.raft.RemoveServer(raft.ServerID(id), 0, 0)
+		change = e.raft.RemoveServer(raft.ServerID(id), 0, 0)
+		return change
 	})
 	if err := e.configErr("remove server "+id, err); err != nil {
 		return err
 	}
 	e.log.Info("member removed", "id", id)
+	if id != e.cfg.ID {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.tellRemoved(id, addr, change.Index())
+		}()
+	}
 	return nil
 }
 

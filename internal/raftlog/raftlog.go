@@ -26,7 +26,9 @@
 // the outage the folded lines below report; "failed to contact quorum of
 // nodes, stepping down" stays a warning), and a follower's "heartbeat timeout
 // reached, starting election" when it knew no leader before (a fresh or
-// restarted node's first election, not a lost leader). So is a follower
+// restarted node's first election, not a lost leader), and a removed node's
+// "not part of stable configuration, aborting election" (every heartbeat
+// timeout while it runs; package election logs the removal once). So is a follower
 // catching up with the leader's log ("appendEntries rejected, sending older
 // logs", "failed to get previous log" for an entry it does not have yet,
 // "previous log term mis-match", "clearing log suffix"): every follower that
@@ -166,6 +168,11 @@ func demote(lv slog.Level, msg string, args []any) slog.Level {
 		// The leader's lease check naming a follower it has not heard from
 		// (three times per outage): the same outage as the folded
 		// replication errors below, which say it once.
+		return LevelInfo
+	}
+	if msg == "not part of stable configuration, aborting election" {
+		// A removed node's raft, every heartbeat timeout for as long as it
+		// runs: election logs the removal once, at Warn.
 		return LevelInfo
 	}
 	if msg == "failed to make requestVote RPC" {

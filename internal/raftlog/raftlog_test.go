@@ -136,3 +136,23 @@ func TestLogCatchUpNotWarn(t *testing.T) {
 		t.Errorf("a log store failing to read an entry logged at %v, want WARN: %v", got[4]["level"], got[4])
 	}
 }
+
+// TestRemovedNodeNotWarn: a removed node's raft says it will not campaign
+// every heartbeat timeout for as long as it runs; that is logged below
+// Info (package election says once, at Warn, that the node was removed).
+func TestRemovedNodeNotWarn(t *testing.T) {
+	var b bytes.Buffer
+	l := New(slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{Level: LevelInfo})), "raft")
+	l.Warn("not part of stable configuration, aborting election")
+	l.Warn("not part of the stable configuration")
+	got := records(t, &b)
+	if len(got) != 2 {
+		t.Fatalf("got %d records, want 2: %v", len(got), got)
+	}
+	if got[0]["level"] != "DEBUG+2" {
+		t.Errorf("a removed node's aborted election logged at %v, want DEBUG+2: %v", got[0]["level"], got[0])
+	}
+	if got[1]["level"] != "WARN" {
+		t.Errorf("another warning logged at %v, want WARN: %v", got[1]["level"], got[1])
+	}
+}
