@@ -180,7 +180,10 @@
 //   - The key is sent to the server as a query parameter when Install stores
 //     it: use TLS, and keep statement logging with parameters off while
 //     installing. Dropping or moving pgcrypto makes every guarded write fail
-//     (closed) until Install runs again.
+//     (closed) until Install runs again. Install creates a missing pgcrypto
+//     in schema public, never in an application's schema: dropping that
+//     schema with CASCADE would take the extension, shared by every guard of
+//     the database, along with it.
 //   - Logical replication: the guard is ENABLE ALWAYS, so a subscriber
 //     table it guards refuses the apply worker's writes (it presents no
 //     token). Guard the publisher's table.

@@ -83,8 +83,6 @@ type db struct {
 	pool    *pgxpool.Pool
 }
 
-var cryptoOnce sync.Once
-
 // newDB starts a test's database, or skips the test without
 // TERMFENCE_POSTGRES_DSN.
 func newDB(t testing.TB) *db {
@@ -100,11 +98,6 @@ func newDB(t testing.TB) *db {
 	u.RawQuery = q.Encode()
 	d.dsn = u.String()
 	d.pool = openPool(t, d.dsn)
-	// pgcrypto in public, once: Install would otherwise create it in the
-	// test's schema, which is dropped when the test ends.
-	cryptoOnce.Do(func() {
-		d.exec(t, "CREATE EXTENSION IF NOT EXISTS pgcrypto SCHEMA public")
-	})
 	t.Cleanup(func() {
 		p, err := pgxpool.New(context.Background(), os.Getenv(sqltest.PostgresEnv))
 		if err != nil {

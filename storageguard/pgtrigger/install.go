@@ -70,7 +70,8 @@ var (
 // and must own the table and the fence table termfence_fence (created, as
 // pgfence.Open creates it, in the connections' current schema if missing):
 // the guard runs with that role's rights. It creates the pgcrypto extension
-// if it is missing (in the current schema), and the private schema
+// if it is missing (in schema public, which the guards of every schema
+// share), and the private schema
 // cfg.Schema, and stores cfg.HMACKey and cfg.HMACKeys there. It is idempotent, all in one
 // transaction, and serialized with every other Install and Uninstall on the
 // database; run it again after adding a partition or a child table.
@@ -408,14 +409,18 @@ WHERE o.owner <> (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_us
 }
 
 // pgcrypto returns the schema of the pgcrypto extension, creating the
-// extension (in the current schema) if it is missing.
+// extension in schema public if it is missing. Not in the current schema:
+// an extension is one per database, and every guard of the database calls
+// it where it is, so it must not live in a schema an application drops
+// with its tables (dropping that schema would take the extension along and
+// make every other guard's writes fail).
 func pgcrypto(ctx context.Context, tx pgx.Tx) (string, error) {
 	const q = "SELECT n.nspname FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pgcrypto'"
 	var schema string
 	err := tx.QueryRow(ctx, q).Scan(&schema)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if _, err := tx.Exec(ctx, "CREATE EXTENSION pgcrypto"); err != nil {
-			return "", fmt.Errorf("create extension pgcrypto (a superuser can: CREATE EXTENSION pgcrypto): %w", err)
+		if _, err := tx.Exec(ctx, "CREATE EXTENSION pgcrypto SCHEMA public"); err != nil {
+			return "", fmt.Errorf("create extension pgcrypto in schema public (a superuser or the database's owner can: CREATE EXTENSION pgcrypto SCHEMA public): %w", err)
 		}
 		err = tx.QueryRow(ctx, q).Scan(&schema)
 	}

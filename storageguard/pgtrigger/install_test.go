@@ -225,8 +225,15 @@ func TestInstallUnsafe(t *testing.T) {
 }
 
 // TestInstallCreatesPgcrypto: in a database without pgcrypto, Install
-// creates it and the guard works. (A database of its own, so that dropping
-// the extension there disturbs no other test.)
+// creates it in schema public — not in the application's schema, though
+// that is the current one — and the guard works. Then the first guard's
+// schema is dropped with CASCADE, as an application drops its own: the
+// guard of the other schema still verifies tokens. (CI saw the failure
+// this pins: the example's scenario store, the first to install in a fresh
+// database, created pgcrypto in its throwaway schema and dropped it at
+// exit; every other guard's writes then failed with "schema … does not
+// exist".) A database of its own, so that the extension's fate there
+// disturbs no other test.
 func TestInstallCreatesPgcrypto(t *testing.T) {
 	base := os.Getenv(sqltest.PostgresEnv)
 	if base == "" {
@@ -249,34 +256,53 @@ func TestInstallCreatesPgcrypto(t *testing.T) {
 			c.Close(context.Background())
 		}
 	})
-	u, _ := url.Parse(base)
-	u.Path = "/" + name
-	pool := openPool(t, u.String())
-	if _, err := pool.Exec(ctx, "CREATE TABLE ledger (id int)"); err != nil {
-		t.Fatal(err)
+	// guarded opens a pool whose current schema is schema and guards its
+	// ledger, with a private schema of its own.
+	guarded := func(schema string) *pgxpool.Pool {
+		u, _ := url.Parse(base)
+		u.Path = "/" + name
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		pool := openPool(t, u.String())
+		if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE ledger (id int)"); err != nil {
+			t.Fatal(err)
+		}
+		cfg := pgtrigger.Config{Table: "ledger", Resource: "ledger", Cluster: cluster, HMACKey: key, Schema: schema + "_private"}
+		if err := pgtrigger.Install(ctx, pool, cfg); err != nil {
+			t.Fatal(err)
+		}
+		return pool
 	}
-	cfg := pgtrigger.Config{Table: "ledger", Resource: "ledger", Cluster: cluster, HMACKey: key}
-	if err := pgtrigger.Install(ctx, pool, cfg); err != nil {
-		t.Fatal(err)
+	first := guarded("app_one")
+	var where string
+	if err := first.QueryRow(ctx, "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pgcrypto'").Scan(&where); err != nil || where != "public" {
+		t.Fatalf("pgcrypto installed in schema %q (%v), want public", where, err)
 	}
-	var n int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_extension WHERE extname = 'pgcrypto'").Scan(&n); err != nil || n != 1 {
-		t.Fatalf("pgcrypto installed: %d, %v", n, err)
+	second := guarded("app_two")
+	write := func(pool *pgxpool.Pool, id int) error {
+		tx, err := pgtrigger.Begin(ctx, pool, sign(t, key, ep(1, "n1")))
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "INSERT INTO ledger VALUES ($1)", id); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
 	}
-	tx, err := pgtrigger.Begin(ctx, pool, sign(t, key, ep(1, "n1")))
-	if err != nil {
-		t.Fatal(err)
+	if err := write(first, 1); err != nil {
+		t.Fatalf("a current write to the first guarded table: %v", err)
 	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "INSERT INTO ledger VALUES (1)"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	_, err = pool.Exec(ctx, "INSERT INTO ledger VALUES (2)")
+	_, err = first.Exec(ctx, "INSERT INTO ledger VALUES (2)")
 	if !errors.Is(pgtrigger.Refusal(err), storageguard.ErrUnauthenticated) {
 		t.Fatalf("write without a token = %v, want a refusal matching ErrUnauthenticated", err)
+	}
+	if _, err := first.Exec(ctx, "DROP SCHEMA app_one CASCADE; DROP SCHEMA app_one_private CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(second, 3); err != nil {
+		t.Fatalf("after another application's schema was dropped, a current write to the second guarded table: %v", err)
 	}
 }
 
