@@ -10,7 +10,10 @@ import (
 	"github.com/termfence/termfence/storageguard/fencetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	fencetest.RunChild(harnessDurable) // returns unless this process is a child
+	goleak.VerifyTestMain(m)
+}
 
 func TestCheckSpansDetects(t *testing.T) {
 	good := []fencetest.Span{{1, 0, 3}, {1, 1, 2}, {2, 4, 6}, {2, 5, 7}, {5, 8, 9}}
