@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/transport"
 )
 
 // TestRemovedNodeKnows: a follower removed from a running cluster learns
@@ -88,25 +89,7 @@ func TestRemovedNodeKnows(t *testing.T) {
 func TestRemovedWhileReplicating(t *testing.T) {
 	c := newCluster(t, 5)
 	ld, _ := c.leader()
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() { // keep the leader's replication busy
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if ld.el.raft.Barrier(waitLong).Error() != nil {
-				select { // not leading now: removeOnLeader finds the new one
-				case <-stop:
-					return
-				case <-time.After(c.ht):
-				}
-			}
-		}
-	}()
-	defer func() { close(stop); <-done }()
+	defer keepReplicating(ld.el, c.ht)()
 	removed := 0
 	for _, f := range c.nodes {
 		if f == ld || removed == 2 {
@@ -120,6 +103,53 @@ func TestRemovedWhileReplicating(t *testing.T) {
 			return countLines(c, f.id, "not part of stable configuration") > 0
 		})
 	}
+}
+
+// TestRemovedWhileReplicatingTLS: the same over TCP with mutual TLS, where
+// the removed node admits the leader's send only from the member its
+// certificate names.
+func TestRemovedWhileReplicatingTLS(t *testing.T) {
+	ca := newTLSCA(t)
+	c := newTCPCluster(t, []string{"v1", "v2", "v3"}, func(id string) transport.Config {
+		return transport.Config{TLS: ca.mutual(id), Timeout: 2 * time.Second}
+	})
+	ld, _ := c.leaderAbove(0)
+	defer keepReplicating(ld.el, c.ht)()
+	var f *tcpNode
+	for _, nd := range c.nodes {
+		if nd != ld {
+			f = nd
+			break
+		}
+	}
+	if err := ld.el.RemoveServer(context.Background(), f.id); err != nil {
+		t.Fatalf("RemoveServer(%s) on the leader: %v", f.id, err)
+	}
+	waitForUpTo(t, settleWait, f.id+" to learn it was removed", f.el.Removed)
+}
+
+// keepReplicating appends barriers on el until the returned stop is
+// called, pausing for pause while el does not lead.
+func keepReplicating(el *Election, pause time.Duration) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			if el.raft.Barrier(waitLong).Error() != nil {
+				select {
+				case <-quit:
+					return
+				case <-time.After(pause): // not leading: wait for a leader
+				}
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
 }
 
 // checkRemoved checks everything a removed node reports.
