@@ -89,7 +89,7 @@ func TestRemovedNodeKnows(t *testing.T) {
 func TestRemovedWhileReplicating(t *testing.T) {
 	c := newCluster(t, 5)
 	ld, _ := c.leader()
-	defer keepReplicating(ld.el, c.ht)()
+	defer keepReplicating(func() *Election { return ld.el }, c.ht)()
 	removed := 0
 	for _, f := range c.nodes {
 		if f == ld || removed == 2 {
@@ -114,7 +114,7 @@ func TestRemovedWhileReplicatingTLS(t *testing.T) {
 		return transport.Config{TLS: ca.mutual(id), Timeout: 2 * time.Second}
 	})
 	ld, _ := c.leaderAbove(0)
-	defer keepReplicating(ld.el, c.ht)()
+	defer keepReplicating(func() *Election { return ld.el }, c.ht)()
 	var f *tcpNode
 	for _, nd := range c.nodes {
 		if nd != ld {
@@ -128,9 +128,10 @@ func TestRemovedWhileReplicatingTLS(t *testing.T) {
 	waitForUpTo(t, settleWait, f.id+" to learn it was removed", f.el.Removed)
 }
 
-// keepReplicating appends barriers on el until the returned stop is
-// called, pausing for pause while el does not lead.
-func keepReplicating(el *Election, pause time.Duration) (stop func()) {
+// keepReplicating appends barriers on the Election leader returns (nil:
+// none) until the returned stop is called, pausing for pause whenever
+// there is none or it does not lead.
+func keepReplicating(leader func() *Election, pause time.Duration) (stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -140,7 +141,7 @@ func keepReplicating(el *Election, pause time.Duration) (stop func()) {
 				return
 			default:
 			}
-			if el.raft.Barrier(waitLong).Error() != nil {
+			if el := leader(); el == nil || el.raft.Barrier(waitLong).Error() != nil {
 				select {
 				case <-quit:
 					return
