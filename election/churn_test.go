@@ -17,7 +17,9 @@ import (
 // removed node knows it (Removed) and is in no configuration the leader
 // holds; a node added back no longer reports Removed and follows a
 // leader; and the checker's invariants hold throughout (verified at
-// cleanup). The seed is logged: TERMFENCE_CHURN_SEED replays a run,
+// cleanup). A node is added back while a leader it knows leads (handed
+// over to first if need be): one that missed the change adding the
+// current leader refuses that leader's appends (docs/DESIGN.md). The seed is logged: TERMFENCE_CHURN_SEED replays a run,
 // TERMFENCE_CHURN_STEPS sets its length (default 16).
 func TestMembershipChurnRandom(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
@@ -68,6 +70,26 @@ func TestMembershipChurnRandom(t *testing.T) {
 			waitFor(t, f.id+" to learn it was removed", f.el.Removed)
 		case "add":
 			f := out[rng.IntN(len(out))]
+			if !voterOf(t, f, ld.id) {
+				// f refuses appends from a server that is not a voter in
+				// the latest configuration it holds, and it missed the
+				// change that added ld: hand leadership to a member f
+				// knows first (docs/DESIGN.md, "A removed node knows it").
+				var to *node
+				for _, nd := range members {
+					if voterOf(t, f, nd.id) {
+						to = nd
+						break
+					}
+				}
+				if to == nil {
+					t.Logf("step %d: %s knows no current member: it cannot be added back", step, f.id)
+					continue
+				}
+				t.Logf("step %d: %s does not know the leader %s: hand over to %s first", step, f.id, ld.id, to.id)
+				onLeader(t, c, "TransferTo("+to.id+")", func(nd *node) error { return nd.el.TransferTo(ctx, to.id) })
+				waitFor(t, to.id+" to lead", func() bool { l, _ := c.leader(); return l == to })
+			}
 			t.Logf("step %d: add %s back", step, f.id)
 			onLeader(t, c, "AddVoter("+f.id+")", func(nd *node) error { return nd.el.AddVoter(ctx, f.id, f.id) })
 			delete(removed, f.id)
@@ -90,6 +112,22 @@ func TestMembershipChurnRandom(t *testing.T) {
 			}
 		}
 	}
+}
+
+// voterOf reports whether id is a voter in the latest configuration nd
+// holds.
+func voterOf(t *testing.T, nd *node, id string) bool {
+	t.Helper()
+	f := nd.el.Raft().GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatalf("GetConfiguration on %s: %v", nd.id, err)
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id {
+			return s.Suffrage == raft.Voter
+		}
+	}
+	return false
 }
 
 // keepLeaderBusy appends barriers on whichever node of c leads until the

@@ -13,7 +13,11 @@ import (
 // the *HealthError of its readiness check. Such a node no longer votes or
 // leads and no leader will contact it again: restarting it changes nothing
 // (it remembers the configuration that removed it). Add it again
-// (AddVoter, AddMember) or retire it.
+// (AddVoter, AddMember) or retire it. Add it while a leader it knows
+// leads: a node admits appends only from a voter of the latest
+// configuration it holds, so one added back by a leader that was added
+// after it was removed refuses that leader; hand leadership to a voter it knows
+// first (TransferTo).
 var ErrRemoved = errors.New("election: removed from the cluster")
 
 // membership follows whether this node is in the latest Raft configuration
