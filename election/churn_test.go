@@ -19,8 +19,9 @@ import (
 // leader; and the checker's invariants hold throughout (verified at
 // cleanup). A node is added back while a leader it knows leads (handed
 // over to first if need be): one that missed the change adding the
-// current leader refuses that leader's appends (docs/DESIGN.md). The seed is logged: TERMFENCE_CHURN_SEED replays a run,
-// TERMFENCE_CHURN_STEPS sets its length (default 16).
+// current leader refuses that leader's appends (docs/DESIGN.md). The seed
+// is logged: TERMFENCE_CHURN_SEED replays a run, TERMFENCE_CHURN_STEPS
+// sets its length (default 16).
 func TestMembershipChurnRandom(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("TERMFENCE_CHURN_SEED"); v != "" {
@@ -122,12 +123,8 @@ func voterOf(t *testing.T, nd *node, id string) bool {
 	if err := f.Error(); err != nil {
 		t.Fatalf("GetConfiguration on %s: %v", nd.id, err)
 	}
-	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == id {
-			return s.Suffrage == raft.Voter
-		}
-	}
-	return false
+	s, ok := find(f.Configuration(), raft.ServerID(id))
+	return ok && s.Suffrage == raft.Voter
 }
 
 // keepLeaderBusy appends barriers on whichever node of c leads until the

@@ -139,10 +139,6 @@ const (
 // in tellSends tries, or is more than tellEntries behind or behind what
 // this log still holds, is not told (Removed's documented limit).
 func (e *Election) tellRemoved(id, addr string, index uint64) {
-	var change raft.Log
-	if err := e.logs.GetLog(index, &change); err != nil {
-		return // compacted already: the server is far behind
-	}
 	tr := e.cfg.Transport
 	req := raft.AppendEntriesRequest{
 		RPCHeader: raft.RPCHeader{
@@ -150,7 +146,6 @@ func (e *Election) tellRemoved(id, addr string, index uint64) {
 			ID:              []byte(e.cfg.ID),
 			Addr:            tr.EncodePeer(raft.ServerID(e.cfg.ID), raft.ServerAddress(e.localAddr)),
 		},
-		Term:              change.Term,
 		LeaderCommitIndex: index,
 	}
 	prev := index - 1 // first try: the change alone
@@ -162,8 +157,10 @@ func (e *Election) tellRemoved(id, addr string, index uint64) {
 		}
 		entries, prevTerm, ok := e.entriesAfter(prev, index)
 		if !ok {
-			return
+			return // compacted already, or too many: the server is far behind
 		}
+		// The term is the change's: its leader could have sent all this.
+		req.Term = entries[len(entries)-1].Term
 		req.PrevLogEntry, req.PrevLogTerm, req.Entries = prev, prevTerm, entries
 		var resp raft.AppendEntriesResponse
 		err := tr.AppendEntries(raft.ServerID(id), raft.ServerAddress(addr), &req, &resp)
