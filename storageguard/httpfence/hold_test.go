@@ -44,7 +44,7 @@ func (g goneHow) String() string { return [...]string{"HTTP/1.1 close", "h2c res
 
 // frontServer serves h over HTTP/1.1 and unencrypted HTTP/2 (h2c).
 func frontServer(t testing.TB, h http.Handler) *httptest.Server {
-	srv := httptest.NewUnstartedServer(h)
+	srv := httptest.NewUnstartedServer(waited(t, h))
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetHTTP1(true)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)

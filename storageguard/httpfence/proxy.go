@@ -1,6 +1,7 @@
 package httpfence
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -172,8 +173,10 @@ func (s *ProxyStats) TimedOut() uint64 { return s.timedOut.Load() }
 // 502, one that does not answer within the timeout 504; if it fails after
 // the response header was sent, the client connection is aborted. A
 // protocol upgrade (WebSocket) is forwarded like any request and holds its
-// epoch until the backend closes the upgraded connection; if the client
-// closes it first, or the timeout cuts it off, until the timeout.
+// epoch for as long as the upgraded connection is open: until the backend
+// has closed it and the client too; if the client closes it first, until
+// the timeout. The timeout bounds the upgraded connection as a whole: it is
+// cut off then, whichever side keeps it open.
 //
 // NewProxy never panics: a Guard that cannot work (g.Err), a nil or
 // relative target or an invalid cfg gives a handler that answers every
@@ -343,6 +346,34 @@ type exchange struct {
 	// one, or it failed before a connection was obtained, with a dial
 	// error).
 	failed error
+	// client is the client's ResponseWriter as the reverse proxy sees it.
+	client boundedHijack
+}
+
+// boundedHijack is the client's ResponseWriter with the proxy's deadlines
+// put back on the connection when the reverse proxy hijacks it for an
+// upgraded (101) exchange. net/http clears a hijacked connection's
+// deadlines, and the reverse proxy copies both ways until both directions
+// have ended: without them a client that keeps its side open after the
+// backend closed its own would keep the request, and so the epoch, for
+// ever, and every newer epoch waiting for it.
+type boundedHijack struct {
+	http.ResponseWriter
+	deadline time.Time
+}
+
+func (b *boundedHijack) Unwrap() http.ResponseWriter { return b.ResponseWriter }
+
+func (b *boundedHijack) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(b.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := errors.Join(conn.SetReadDeadline(b.deadline), conn.SetWriteDeadline(b.deadline.Add(writeGrace))); err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("httpfence: bounding the upgraded connection: %w", err)
+	}
+	return conn, brw, nil
 }
 
 // exchangeKey is the context key of a request's *exchange.
@@ -440,7 +471,7 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			p.logf("httpfence: the proxy cannot set the client connection's deadlines (%v): a ResponseWriter wrapper in front of it lacks Unwrap() http.ResponseWriter, so a client that trickles its body or does not read the answer is not cut off at the timeout", err)
 		})
 	}
-	ex := new(exchange)
+	ex := &exchange{client: boundedHijack{ResponseWriter: w, deadline: deadline}}
 	ctx = context.WithValue(ctx, exchangeKey{}, ex)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(httptrace.GotConnInfo) { ex.sent.Store(true) },
@@ -463,7 +494,7 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	if r.Body != nil && r.Body != http.NoBody {
 		out.Body = errorDropsBody{r.Body}
 	}
-	p.rp.ServeHTTP(w, out)
+	p.rp.ServeHTTP(&ex.client, out)
 }
 
 // errorDropsBody is a request body that forwards nothing of a read that

@@ -91,7 +91,7 @@ func newPxEnvToOver(t testing.TB, fence storageguard.Fence, backendURL string, c
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.proxy = httptest.NewServer(httpfence.NewProxy(e.guard, target, cfg))
+	e.proxy = httptest.NewServer(waited(t, httpfence.NewProxy(e.guard, target, cfg)))
 	t.Cleanup(e.proxy.Close)
 	ctr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(ctr.CloseIdleConnections)
@@ -782,7 +782,7 @@ func testProxyBackendFails(t *testing.T, std bool) {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("POST", "/", strings.NewReader("x"))
 	req.Header.Set(epoch.Header, gtSign(t, codec, gtEp(1, "node-a")))
-	httpfence.NewProxy(g, target, pxConfig(t, std, httpfence.ProxyConfig{})).ServeHTTP(rec, req)
+	httpfence.NewProxy(g, target, pxConfig(t, std, httpfence.ProxyConfig{ErrorLog: discardLog})).ServeHTTP(rec, req)
 	if rec.Code != http.StatusBadGateway {
 		t.Fatalf("unreachable backend: %d %s", rec.Code, rec.Body)
 	}

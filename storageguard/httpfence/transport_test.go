@@ -599,49 +599,95 @@ func TestProxyTransportUnsolicitedBytes(t *testing.T) {
 }
 
 // TestProxyTransportUpgrade: a protocol upgrade goes through the fallback
-// transport and the upgraded connection carries data both ways.
+// transport and the upgraded connection carries data both ways; the epoch
+// is held for as long as the upgraded connection lasts, and no longer than
+// the proxy's timeout:
+//   - the backend closes, then the client: the backend is done, and the
+//     epoch is released at once;
+//   - the client closes first: the backend may still act on what it got,
+//     and the epoch is held until the timeout (ProxyStats.Held);
+//   - the backend closes and the client keeps its side open: the timeout
+//     cuts the connection off (ProxyStats.TimedOut). The reverse proxy
+//     waits for both directions to end, and net/http clears a hijacked
+//     connection's deadlines, so without the proxy's own deadline this
+//     held the epoch for ever.
+//
+// Each time a newer epoch, waiting for the older one, is then forwarded.
 func TestProxyTransportUpgrade(t *testing.T) {
-	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "echo" {
-			http.Error(w, "want upgrade", http.StatusBadRequest)
-			return
-		}
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-		brw.Flush()
-		line, err := brw.ReadString('\n')
-		if err != nil {
-			return
-		}
-		brw.WriteString("echo: " + line)
-		brw.Flush()
-	})
-	e := newPxEnv(t, backend, httpfence.ProxyConfig{})
-	tok := e.token(t, 1, "node-a")
-	conn, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(waitLimit))
-	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n%s: %s\r\n\r\n", epoch.Header, tok[0])
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("upgrade: %d %s", resp.StatusCode, b)
-	}
-	io.WriteString(conn, "hello\n")
-	line, err := br.ReadString('\n')
-	if err != nil || line != "echo: hello\n" {
-		t.Fatalf("upgraded connection: %q %v", line, err)
+	for _, c := range []struct {
+		name          string
+		backendCloses bool // the backend closes after its echo
+		clientCloses  bool // the client closes after the echo (and, if the backend closed, after its EOF)
+		held, cut     uint64
+	}{
+		{"backend closes first", true, true, 0, 0},
+		{"client closes first", false, true, 1, 0},
+		{"client keeps its side open", true, false, 0, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Upgrade") != "echo" {
+					io.WriteString(w, "plain")
+					return
+				}
+				conn, brw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+				brw.Flush()
+				line, err := brw.ReadString('\n')
+				if err != nil {
+					return
+				}
+				brw.WriteString("echo: " + line)
+				brw.Flush()
+				if !c.backendCloses {
+					io.Copy(io.Discard, brw) // until the proxy closes the connection
+				}
+			})
+			const timeout = 500 * time.Millisecond
+			stats := new(httpfence.ProxyStats)
+			e := newPxEnv(t, backend, httpfence.ProxyConfig{Timeout: timeout, Stats: stats})
+			conn, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(waitLimit))
+			fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n%s: %s\r\n\r\n", epoch.Header, e.token(t, 1, "node-a")[0])
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusSwitchingProtocols {
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("upgrade: %d %s", resp.StatusCode, b)
+			}
+			io.WriteString(conn, "hello\n")
+			line, err := br.ReadString('\n')
+			if err != nil || line != "echo: hello\n" {
+				t.Fatalf("upgraded connection: %q %v", line, err)
+			}
+			if c.backendCloses {
+				// The proxy passes the backend's close on.
+				if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+					t.Fatalf("after the backend closed: %q %v, want end of stream", rest, err)
+				}
+			}
+			if c.clientCloses {
+				conn.Close()
+			}
+			newer := async(func() pxResult { return e.send("POST", "/", e.token(t, 2, "node-b")) })
+			if r := recvWithin(t, newer, timeout+waitLimit, "the newer epoch"); r.status != 200 || r.body != "plain" {
+				t.Fatalf("newer epoch after the upgraded connection: %+v", r)
+			}
+			if held, cut := stats.Held(), stats.TimedOut(); held != c.held || cut != c.cut {
+				t.Fatalf("ProxyStats: Held %d, TimedOut %d; want %d and %d", held, cut, c.held, c.cut)
+			}
+		})
 	}
 }
 
