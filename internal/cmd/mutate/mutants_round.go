@@ -102,6 +102,10 @@ var roundMutants = []mutant{
 		What:        "a request sent to the backend is not held when the client goes away",
 		Original:    "\tif ex.sent.Load() {\n\t\treturn true\n\t}\n",
 		Replacement: "\tif ex.sent.Load() && ex.failed != nil {\n\t\treturn true\n\t}\n"},
+	{ID: "HP-upgrade", File: "storageguard/httpfence/proxy.go", Packages: pkHTTP, Run: "^TestProxyTransportUpgrade$",
+		What:        "an upgraded connection is not bounded by the timeout (hijacking clears its deadlines)",
+		Original:    "\tp.rp.ServeHTTP(&ex.client, out)\n",
+		Replacement: "\tp.rp.ServeHTTP(w, out)\n"},
 
 	// pgtrigger's privilege checks.
 	{ID: "PT-fastpath", File: "storageguard/pgtrigger/guard.sql", Packages: pkTrigger, Run: runTrig,
