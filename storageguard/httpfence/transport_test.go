@@ -599,9 +599,9 @@ func TestProxyTransportUnsolicitedBytes(t *testing.T) {
 }
 
 // TestProxyTransportUpgrade: a protocol upgrade goes through the fallback
-// transport and the upgraded connection carries data both ways; the epoch
-// is held for as long as the upgraded connection lasts, and no longer than
-// the proxy's timeout:
+// transport and the upgraded connection carries data both ways. The epoch
+// is held for as long as the upgraded connection (a WebSocket, say) lasts,
+// and no longer than the proxy's timeout, however it ends:
 //   - the backend closes, then the client: the backend is done, and the
 //     epoch is released at once;
 //   - the client closes first: the backend may still act on what it got,
@@ -609,10 +609,13 @@ func TestProxyTransportUnsolicitedBytes(t *testing.T) {
 //   - the backend closes and the client keeps its side open: the timeout
 //     cuts the connection off (ProxyStats.TimedOut). The reverse proxy
 //     waits for both directions to end, and net/http clears a hijacked
-//     connection's deadlines, so without the proxy's own deadline this
-//     held the epoch for ever.
+//     connection's deadlines, so without the proxy's own deadlines this
+//     held the epoch for ever;
+//   - neither closes (a stalled peer, a backend that echoes on): the timeout
+//     cuts it off, and the client's connection is closed.
 //
-// Each time a newer epoch, waiting for the older one, is then forwarded.
+// Each time a newer epoch, waiting for the older one, reaches the backend
+// only after the older connection was counted as released, held or cut.
 func TestProxyTransportUpgrade(t *testing.T) {
 	for _, c := range []struct {
 		name          string
@@ -623,10 +626,16 @@ func TestProxyTransportUpgrade(t *testing.T) {
 		{"backend closes first", true, true, 0, 0},
 		{"client closes first", false, true, 1, 0},
 		{"client keeps its side open", true, false, 0, 1},
+		{"neither closes", false, false, 0, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			const timeout = 300 * time.Millisecond
+			stats := new(httpfence.ProxyStats)
+			var seenHeld, seenCut atomic.Uint64
 			backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.Header.Get("Upgrade") != "echo" {
+					seenHeld.Store(stats.Held())
+					seenCut.Store(stats.TimedOut())
 					io.WriteString(w, "plain")
 					return
 				}
@@ -637,18 +646,17 @@ func TestProxyTransportUpgrade(t *testing.T) {
 				defer conn.Close()
 				brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
 				brw.Flush()
+				if !c.backendCloses {
+					io.Copy(conn, brw) // echo until the proxy closes the connection
+					return
+				}
 				line, err := brw.ReadString('\n')
 				if err != nil {
 					return
 				}
-				brw.WriteString("echo: " + line)
+				brw.WriteString(line)
 				brw.Flush()
-				if !c.backendCloses {
-					io.Copy(io.Discard, brw) // until the proxy closes the connection
-				}
 			})
-			const timeout = 500 * time.Millisecond
-			stats := new(httpfence.ProxyStats)
 			e := newPxEnv(t, backend, httpfence.ProxyConfig{Timeout: timeout, Stats: stats})
 			conn, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
 			if err != nil {
@@ -656,7 +664,7 @@ func TestProxyTransportUpgrade(t *testing.T) {
 			}
 			defer conn.Close()
 			conn.SetDeadline(time.Now().Add(waitLimit))
-			fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n%s: %s\r\n\r\n", epoch.Header, e.token(t, 1, "node-a")[0])
+			fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n%s: %s\r\n\r\n", epoch.Header, e.token(t, 33, "node-a")[0])
 			br := bufio.NewReader(conn)
 			resp, err := http.ReadResponse(br, nil)
 			if err != nil {
@@ -667,8 +675,7 @@ func TestProxyTransportUpgrade(t *testing.T) {
 				t.Fatalf("upgrade: %d %s", resp.StatusCode, b)
 			}
 			io.WriteString(conn, "hello\n")
-			line, err := br.ReadString('\n')
-			if err != nil || line != "echo: hello\n" {
+			if line, err := br.ReadString('\n'); err != nil || line != "hello\n" {
 				t.Fatalf("upgraded connection: %q %v", line, err)
 			}
 			if c.backendCloses {
@@ -680,12 +687,21 @@ func TestProxyTransportUpgrade(t *testing.T) {
 			if c.clientCloses {
 				conn.Close()
 			}
-			newer := async(func() pxResult { return e.send("POST", "/", e.token(t, 2, "node-b")) })
+			newer := async(func() pxResult { return e.send("POST", "/", e.token(t, 34, "node-b")) })
 			if r := recvWithin(t, newer, timeout+waitLimit, "the newer epoch"); r.status != 200 || r.body != "plain" {
 				t.Fatalf("newer epoch after the upgraded connection: %+v", r)
 			}
 			if held, cut := stats.Held(), stats.TimedOut(); held != c.held || cut != c.cut {
 				t.Fatalf("ProxyStats: Held %d, TimedOut %d; want %d and %d", held, cut, c.held, c.cut)
+			}
+			if seenHeld.Load() != c.held || seenCut.Load() != c.cut {
+				t.Fatalf("the newer epoch reached the backend before the older connection was counted (Held %d, TimedOut %d then)", seenHeld.Load(), seenCut.Load())
+			}
+			if !c.clientCloses && !c.backendCloses {
+				// The proxy closed the older client's connection.
+				if _, err := br.ReadString('\n'); err == nil {
+					t.Fatal("the upgraded connection is still open after the timeout")
+				}
 			}
 		})
 	}
