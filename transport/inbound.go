@@ -191,7 +191,7 @@ func (s *inbound) add(c *inConn) bool {
 		s.evicted.Add(1)
 		victim.evicted.Store(true)
 		s.warn("too many inbound connections: closing one", "max-inbound", s.max,
-			"closed", victim.raw.RemoteAddr().String(), "peer", victim.peer, "established", victim.established.Load(), "proven", victim.rank() == 2,
+			"closed", victim.raw.RemoteAddr().String(), "peer", victim.peerID(), "established", victim.established.Load(), "proven", victim.rank() == 2,
 			"idle", time.Since(victim.lastRead()))
 		_ = victim.Close()
 	}
@@ -426,6 +426,18 @@ type inConn struct {
 	once        sync.Once
 	idled       atomic.Bool
 	evicted     atomic.Bool
+}
+
+// peerID is the server ID the connection's certificate names: "" until its
+// handshake is done, and over plain TCP. handshake sets peer before
+// established is set, so any goroutine may read it once established; before
+// that only the connection's own goroutine may (another, evicting it, would
+// race with the handshake).
+func (c *inConn) peerID() string {
+	if !c.established.Load() {
+		return ""
+	}
+	return c.peer
 }
 
 func (c *inConn) touch()              { c.last.Store(time.Now().UnixNano()) }

@@ -2,9 +2,11 @@ package transport
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -209,4 +211,70 @@ func TestAddrMatches(t *testing.T) {
 			t.Errorf("claim %s from %s: %v, want ok %v", c.claimed, c.remote, err, c.ok)
 		}
 	}
+}
+
+// TestEvictionNamesPeer: the warning about an evicted connection names the
+// server its certificate names once its handshake is done, and none before.
+// The eviction runs on the accepting goroutine while the victim's own
+// goroutine may still be in its handshake, setting that name: read without
+// the order that established gives, it was a data race (the race detector
+// found it in TestStrangersCertificatesUnderCap under load).
+func TestEvictionNamesPeer(t *testing.T) {
+	ca := newCA(t, "cluster")
+	logged := &evictionLog{}
+	tr := newTestTCP(t, Config{TLS: ca.mutual(t, "srv"), MaxInbound: 1, Logger: slog.New(logged), HandshakeTimeout: 10 * time.Second})
+	serve(t, tr, func(rpc raft.RPC) { rpc.Respond(&raft.RequestPreVoteResponse{Term: 2}, nil) })
+	addr := string(tr.LocalAddr())
+	// A connection that never starts its handshake: member0 evicts it.
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	// member0's RPC is answered; member1 then evicts it.
+	for i := range 2 {
+		id := fmt.Sprintf("member%d", i)
+		p, err := dialPeer(addr, id, ca.mutual(t, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.conn.Close()
+		if err := p.preVote(); err != nil {
+			t.Fatalf("%s's RPC: %v", id, err)
+		}
+	}
+	if got := logged.peers(); len(got) != 2 || got[0] != "" || got[1] != "member0" {
+		t.Fatalf("evictions logged with peers %q, want [\"\" \"member0\"]", got)
+	}
+}
+
+// evictionLog records the peer named by each eviction warning.
+type evictionLog struct {
+	mu    sync.Mutex
+	named []string
+}
+
+func (l *evictionLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *evictionLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *evictionLog) WithGroup(string) slog.Handler            { return l }
+
+func (l *evictionLog) Handle(_ context.Context, r slog.Record) error {
+	if !strings.HasPrefix(r.Message, "too many inbound connections") {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "peer" {
+			l.mu.Lock()
+			l.named = append(l.named, a.Value.String())
+			l.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+func (l *evictionLog) peers() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.named...)
 }
