@@ -89,16 +89,7 @@ func TestStrangersCertificatesUnderCap(t *testing.T) {
 	addr := string(tr.LocalAddr())
 	var members []*rawPeer
 	for i := range 2 {
-		id := fmt.Sprintf("member%d", i)
-		p, err := dialPeer(addr, id, ca.mutual(t, id))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.conn.Close()
-		if err := p.preVote(); err != nil {
-			t.Fatalf("%s's first RPC: %v", id, err)
-		}
-		members = append(members, p)
+		members = append(members, dialMember(t, ca, addr, fmt.Sprintf("member%d", i)))
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -232,20 +223,26 @@ func TestEvictionNamesPeer(t *testing.T) {
 	}
 	defer silent.Close()
 	// member0's RPC is answered; member1 then evicts it.
-	for i := range 2 {
-		id := fmt.Sprintf("member%d", i)
-		p, err := dialPeer(addr, id, ca.mutual(t, id))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.conn.Close()
-		if err := p.preVote(); err != nil {
-			t.Fatalf("%s's RPC: %v", id, err)
-		}
-	}
+	dialMember(t, ca, addr, "member0")
+	dialMember(t, ca, addr, "member1")
 	if got := logged.peers(); len(got) != 2 || got[0] != "" || got[1] != "member0" {
 		t.Fatalf("evictions logged with peers %q, want [\"\" \"member0\"]", got)
 	}
+}
+
+// dialMember connects to addr as id, with a certificate of ca naming it,
+// and checks that its first RPC is answered; the test's end closes it.
+func dialMember(t *testing.T, ca *testCA, addr, id string) *rawPeer {
+	t.Helper()
+	p, err := dialPeer(addr, id, ca.mutual(t, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.conn.Close() })
+	if err := p.preVote(); err != nil {
+		t.Fatalf("%s's first RPC: %v", id, err)
+	}
+	return p
 }
 
 // evictionLog records the peer named by each eviction warning.

@@ -136,14 +136,12 @@ func (h *harness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	work, _ := strconv.Atoi(r.Header.Get("X-Work"))
 	if r.Header.Get("Upgrade") == "echo" {
-		conn, brw, err := rc.Hijack()
+		conn, brw, err := switchProtocols(w, "echo")
 		if err != nil {
 			return
 		}
 		defer conn.Close()
 		_ = conn.SetDeadline(giveUp)
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-		brw.Flush()
 		for {
 			line, err := brw.ReadString('\n')
 			if err != nil || !act("upgraded message") {

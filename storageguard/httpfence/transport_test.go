@@ -639,13 +639,11 @@ func TestProxyTransportUpgrade(t *testing.T) {
 					io.WriteString(w, "plain")
 					return
 				}
-				conn, brw, err := http.NewResponseController(w).Hijack()
+				conn, brw, err := switchProtocols(w, "echo")
 				if err != nil {
 					return
 				}
 				defer conn.Close()
-				brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-				brw.Flush()
 				if !c.backendCloses {
 					io.Copy(conn, brw) // echo until the proxy closes the connection
 					return

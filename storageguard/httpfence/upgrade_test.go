@@ -1,7 +1,9 @@
 package httpfence_test
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -22,13 +24,11 @@ func TestProxyUnfencedReadsRefuseUpgrade(t *testing.T) {
 			w.Write([]byte("plain"))
 			return
 		}
-		conn, brw, err := http.NewResponseController(w).Hijack()
+		conn, _, err := switchProtocols(w, "websocket")
 		if err != nil {
 			return
 		}
-		defer conn.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		brw.Flush()
+		conn.Close()
 	})
 	e := newPxEnv(t, backend, httpfence.ProxyConfig{UnfencedReads: true})
 	ctx := context.Background()
@@ -67,4 +67,20 @@ func TestProxyUnfencedReadsRefuseUpgrade(t *testing.T) {
 	if r := e.sendBody(ctx, "GET", "/", nil, nil); r.status != http.StatusOK || r.body != "plain" {
 		t.Fatalf("plain GET: %+v", r)
 	}
+}
+
+// switchProtocols is a backend's side of an upgrade: it takes w's
+// connection and answers 101 with protocol proto. The caller closes the
+// connection.
+func switchProtocols(w http.ResponseWriter, proto string) (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + proto + "\r\nConnection: Upgrade\r\n\r\n")
+	if err := brw.Flush(); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, brw, nil
 }
