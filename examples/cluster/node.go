@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +39,7 @@ type nodeConfig struct {
 	WriteEvery      time.Duration
 	Resource        string
 	FaultEndpoint   bool
+	StallAfterHeal  bool // TEST ONLY: nodestall.go
 	AddrFile        string
 	RaftLogLevel    string
 	roles           nodeRoles   // -roles, -role-write-every (node_roles.go)
@@ -68,6 +70,7 @@ func nodeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&cfg.WriteEvery, "write-every", 0, "while leading, write a counter to the store this often (0: only on POST /write); on losing its epoch the writer makes one last write with its old token, as a paused process would")
 	fs.StringVar(&cfg.Resource, "resource", DefaultResource, "the store resource the -write-every writer writes")
 	fs.BoolVar(&cfg.FaultEndpoint, "fault-endpoint", false, "enable POST /fault to partition this node (TEST ONLY)")
+	fs.BoolVar(&cfg.StallAfterHeal, "stall-after-heal", false, "with -fault-endpoint: after POST /fault heal, withhold this node's epoch for good, a planted liveness bug (TEST ONLY: the fault suite's control)")
 	fs.StringVar(&cfg.AddrFile, "addr-file", "", `write "raft=ADDR http=ADDR" to this file once listening`)
 	fs.StringVar(&cfg.RaftLogLevel, "raft-log-level", "warn", "log level of the election and hashicorp/raft: trace, debug, info, warn, error, off")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -128,6 +131,9 @@ func (c *nodeConfig) check() error {
 	if c.Heartbeat < 10*time.Millisecond {
 		return fmt.Errorf("-heartbeat %v is below 10ms", c.Heartbeat)
 	}
+	if c.StallAfterHeal && !c.FaultEndpoint {
+		return errors.New("-stall-after-heal needs -fault-endpoint")
+	}
 	if c.WriteEvery < 0 {
 		return fmt.Errorf("-write-every %v is negative", c.WriteEvery)
 	}
@@ -167,6 +173,7 @@ type node struct {
 	client   *http.Client // to the store and to other nodes (TLS client certificate when configured)
 	store    *storeClient // nil without -store
 	wg       sync.WaitGroup
+	stalled  atomic.Bool // -stall-after-heal struck (nodestall.go)
 }
 
 // startNode builds the transport, the election and the HTTP listener. On

@@ -87,7 +87,7 @@ func (n *node) status() nodeStatus {
 	}
 	// Epoch() repeats the triple read now: a node that has just stepped
 	// down reports no epoch even if Status was read a moment earlier.
-	if ep, err := n.el.Epoch(); err == nil {
+	if ep, err := n.epoch(); err == nil { // nodestall.go
 		out.Epoch = ep.String()
 	}
 	out.Roles, out.Held = n.roleStatus() // node_roles.go
@@ -124,7 +124,7 @@ func (n *node) handleWrite(w http.ResponseWriter, r *http.Request) {
 	// The epoch is taken before the body is read, as the contract says: a
 	// node paused while it reads (or sends) stays on the epoch it held when
 	// the request arrived, exactly like the paused leader in Kleppmann's example.
-	ep, err := n.el.Epoch()
+	ep, err := n.epoch() // nodestall.go
 	if err != nil {
 		n.notLeader(w)
 		return
@@ -309,6 +309,7 @@ func (n *node) handleFault(w http.ResponseWriter, r *http.Request) {
 		n.faulty.Isolate()
 	case "heal":
 		n.faulty.Heal()
+		n.stallOnHeal() // nodestall.go
 	case "cut", "refuse":
 		if len(req.Peers) == 0 {
 			writeError(w, http.StatusBadRequest, "node: fault: "+req.Op+" needs peers (Raft addresses)")

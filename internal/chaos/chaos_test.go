@@ -95,6 +95,12 @@ func runChaos(t *testing.T, cfg Config) Result {
 		t.Fatalf("chaos run (seed %d): %v", cfg.Seed, err)
 	}
 	t.Logf("faults by kind: %v", res.FaultCounts)
+	t.Log(res.Recovery.Line())
+	if !cfg.StallAfterHeal { // the liveness control expects its late recovery
+		for _, s := range res.Recovery.Errors() {
+			t.Errorf("%s (seed %d)", s, cfg.Seed)
+		}
+	}
 	return res
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/termfence/termfence/internal/liveness"
 )
 
 // Report is the verdict on a History.
@@ -39,6 +41,10 @@ type Report struct {
 	// HostileAccepted lists the hostile peer's forged RPCs a node accepted
 	// (the runner fills it in; Check does not see them).
 	HostileAccepted []string
+	// Recovery is the liveness verdict: how long full service took to
+	// come back after each fault, and which faults it did not come back
+	// after within the bound (the runner fills it in; recovery.go).
+	Recovery liveness.Report
 
 	info  porcupine.LinearizationInfo
 	model porcupine.Model
@@ -54,7 +60,7 @@ const SaneTerm = 1 << 20
 func (r Report) OK() bool {
 	return r.StaleAccepted == 0 && r.Lost == 0 && r.Linearizable == porcupine.Ok &&
 		len(r.LeaderConflicts) == 0 && len(r.ContractBreaks) == 0 &&
-		len(r.HostileAccepted) == 0 && r.MaxTerm <= SaneTerm
+		len(r.HostileAccepted) == 0 && r.MaxTerm <= SaneTerm && r.Recovery.OK()
 }
 
 // Passed reports whether the history passed every check that came to a
@@ -66,7 +72,7 @@ func (r Report) OK() bool {
 func (r Report) Passed() bool {
 	return r.StaleAccepted == 0 && r.Lost == 0 && r.Linearizable != porcupine.Illegal &&
 		len(r.LeaderConflicts) == 0 && len(r.ContractBreaks) == 0 &&
-		len(r.HostileAccepted) == 0 && r.MaxTerm <= SaneTerm
+		len(r.HostileAccepted) == 0 && r.MaxTerm <= SaneTerm && r.Recovery.OK()
 }
 
 // Unknown reports whether porcupine's check timed out.
@@ -88,8 +94,13 @@ func (r Report) Line(seed int64, faults int) string {
 	case porcupine.Illegal:
 		lin = "false"
 	}
-	return fmt.Sprintf("chaos: seed=%d faults=%d ops=%d acked=%d refused_stale=%d stale_accepted=%d lost=%d linearizable=%s",
+	line := fmt.Sprintf("chaos: seed=%d faults=%d ops=%d acked=%d refused_stale=%d stale_accepted=%d lost=%d linearizable=%s",
 		seed, faults, r.Ops, r.Acked, r.RefusedStale, r.StaleAccepted, r.Lost, lin)
+	if rv := r.Recovery; len(rv.Recoveries) > 0 {
+		line += fmt.Sprintf(" recovery_p50=%v recovery_max=%v recovery_late=%d",
+			rv.P50().Round(time.Millisecond), rv.Max().Round(time.Millisecond), len(rv.Late()))
+	}
+	return line
 }
 
 // Visualize writes porcupine's HTML visualization of the checked history.

@@ -120,6 +120,7 @@ type workload struct {
 	inflight sync.WaitGroup // writes still waiting for an answer
 
 	roles *roleState // Config.Roles > 0: who holds which role (roles.go)
+	prog  progress   // what the liveness oracle reads (recovery.go)
 }
 
 func newWorkload(c *cluster, rec *Recorder, cfg Config) *workload {
@@ -159,6 +160,7 @@ func (w *workload) poll(ctx context.Context, i int) {
 			if ep, ok := st.leaderEpoch(); ok {
 				w.rec.Claim(Claim{At: at, Node: w.c.nodes[i].id, Term: ep.Term, Leader: ep.Leader})
 				w.believe(i, ep.Term)
+				w.prog.noteClaim(at)
 			}
 			w.noteRoles(i, at, st) // roles.go
 		}
@@ -251,6 +253,9 @@ func (w *workload) write(op Op, i int) (string, Outcome) {
 		map[string]string{"resource": op.Resource, "value": op.Value}, w.cfg.WriteTimeout)
 	op.Return = w.rec.Now()
 	hint := classify(&op, st, body, err)
+	if op.Outcome == Acked {
+		w.prog.noteAck(op.Call)
+	}
 	w.rec.Add(op)
 	return hint, op.Outcome
 }

@@ -155,6 +155,9 @@ func newCluster(ctx context.Context, cfg Config) (*cluster, error) {
 			// In netlab mode the kernel makes the partitions.
 			args = append(args, "-fault-endpoint")
 		}
+		if cfg.StallAfterHeal {
+			args = append(args, "-stall-after-heal") // the liveness control (recovery.go)
+		}
 		n.proc = &proc{name: n.id, bin: cfg.Binary, args: args, logPath: filepath.Join(cfg.Dir, n.id+".log"), addr: httpAddr, host: host(i)}
 	}
 	if err := c.mountDisks(); err != nil { // power.go

@@ -7,9 +7,12 @@ import (
 	"math/rand"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/termfence/termfence/internal/liveness"
 )
 
 // faultKind is one kind of fault the nemesis injects.
@@ -102,6 +105,10 @@ type nemesis struct {
 	hostileAccepted []string
 	// labCounts counts netlab-mode partitions by kind and mode.
 	labCounts map[string]int
+	// live records each fault's recovery (recovery.go); late is set when
+	// service did not come back within the bound, and ends the faults.
+	live liveness.Report
+	late bool
 }
 
 // labFaultWeights, in netlab mode: partitions are what the lab is for,
@@ -118,7 +125,7 @@ func (n *nemesis) weights() [numFaultKinds]int {
 		weights = labFaultWeights
 	}
 	for k := range weights {
-		if !n.allowed(faultKind(k)) {
+		if !n.allowed(faultKind(k)) || (len(n.cfg.OnlyFaults) > 0 && !slices.Contains(n.cfg.OnlyFaults, faultKind(k).String())) {
 			weights[k] = 0
 		}
 	}
@@ -162,7 +169,7 @@ func (n *nemesis) run(ctx context.Context) error {
 		}
 		return k
 	}
-	for ctx.Err() == nil && (n.faults < n.cfg.Faults || time.Since(start) < n.cfg.Duration) {
+	for ctx.Err() == nil && !n.late && (n.faults < n.cfg.Faults || time.Since(start) < n.cfg.Duration) {
 		if err := n.one(ctx, pick); err != nil {
 			return err
 		}
@@ -170,7 +177,7 @@ func (n *nemesis) run(ctx context.Context) error {
 	// Every kind at least once, whatever the seed drew (the draws above
 	// stay those of the seed).
 	for k := range numFaultKinds {
-		if ctx.Err() != nil || n.counts[k] > 0 || n.weights()[k] == 0 {
+		if ctx.Err() != nil || n.late || n.counts[k] > 0 || n.weights()[k] == 0 {
 			continue
 		}
 		if err := n.one(ctx, func() faultKind { return k }); err != nil {
@@ -226,6 +233,11 @@ func (n *nemesis) one(ctx context.Context, pick func() faultKind) error {
 	}
 	n.faults++
 	n.counts[kind]++
+	// The fault has ended: full service must come back within the bound
+	// (recovery.go).
+	if !n.awaitRecovery(ctx, kind, n.w.rec.Now(), time.Now()) {
+		n.late = true
+	}
 	return nil
 }
 

@@ -103,6 +103,7 @@ func (w *workload) noteRoles(i int, at time.Duration, st nodeStatus) {
 		}
 		rs.mu.Unlock()
 		rec.Claim(Claim{At: at, Node: w.c.nodes[i].id, Term: ep.Term, Leader: ep.Leader})
+		w.prog.noteRoleHeld(r, at)
 	}
 }
 
@@ -219,6 +220,7 @@ func (w *workload) roleWrite(op Op, i int, r string) Outcome {
 		w.roles.mu.Lock()
 		w.roles.acked[r] = max(w.roles.acked[r], op.Term)
 		w.roles.mu.Unlock()
+		w.prog.noteRoleAck(r, op.Call)
 	}
 	if st == http.StatusNotFound && strings.Contains(op.Detail, "unknown role") {
 		// The node has not applied the role table yet (a new group):

@@ -79,6 +79,17 @@ type Config struct {
 	Roles int
 	// RoleWriters is the number of role-writing clients; 0: 4.
 	RoleWriters int
+	// RecoveryBound is how long full service may take to come back after
+	// a fault ends (recovery.go); 0: derived from Heartbeat, PollEvery,
+	// WriteDelay and Roles, and scaled for the machine's load.
+	RecoveryBound time.Duration
+	// StallAfterHeal runs the nodes with -stall-after-heal: after a
+	// partition heals they withhold their epochs for good (a planted
+	// liveness bug; the liveness control experiment).
+	StallAfterHeal bool
+	// OnlyFaults, if set, restricts the nemesis to these fault kinds (by
+	// name: "partition", "pause-leader", ...); the others are never drawn.
+	OnlyFaults []string
 }
 
 // Validate reports the first problem with c.
@@ -103,8 +114,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("chaos: Config.Backend %q, want one of %v", c.Backend, Backends)
 	case c.Backend == "postgres" && c.PostgresDSN == "":
 		return errors.New("chaos: the postgres backend needs Config.PostgresDSN")
-	case c.WriteDelay < 0 || c.ProxyTimeout < 0 || c.Roles < 0 || c.RoleWriters < 0:
+	case c.WriteDelay < 0 || c.ProxyTimeout < 0 || c.Roles < 0 || c.RoleWriters < 0 || c.RecoveryBound < 0:
 		return errors.New("chaos: negative Config field")
+	case c.StallAfterHeal && c.Netlab:
+		return errors.New("chaos: Config.StallAfterHeal needs the nodes' POST /fault, which netlab mode does not use")
+	}
+	for _, k := range c.OnlyFaults {
+		if !slices.Contains(faultNames[:], k) {
+			return fmt.Errorf("chaos: Config.OnlyFaults: unknown fault kind %q, want some of %v", k, faultNames)
+		}
 	}
 	return nil
 }
@@ -289,7 +307,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		stop()
 		return res, err
 	}
-	if _, err := nem.waitLeader(ctx, 40*cfg.Heartbeat); err != nil {
+	if nem.late {
+		logf("service did not come back after the last fault: no wait for a leader")
+	} else if _, err := nem.waitLeader(ctx, 40*cfg.Heartbeat); err != nil {
 		logf("no leader after the faults: %v", err)
 	}
 	sleepCtx(ctx, 10*cfg.Heartbeat)
@@ -354,6 +374,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Roles = checkRoles(roleHists, cfg.CheckTimeout)
 	res.Report.foldRoles(res.Roles)
 	res.Report.HostileAccepted = nem.hostileAccepted
+	res.Report.Recovery = nem.live // recovery.go
 	logf("check took %v; highest term seen %d", time.Since(checkStart).Round(time.Millisecond), res.Report.MaxTerm)
 	res.Line = res.Report.Line(cfg.Seed, res.Faults)
 	if !res.Report.OK() {
@@ -400,6 +421,9 @@ func writeFailure(cfg Config, res Result, h History) (string, error) {
 	}
 	for _, s := range res.HostileAccepted {
 		fmt.Fprintf(&b, "hostile peer: accepted %s\n", s)
+	}
+	for _, s := range res.Recovery.Errors() {
+		fmt.Fprintf(&b, "%s\n", s)
 	}
 	if res.MaxTerm > SaneTerm {
 		fmt.Fprintf(&b, "term %d seen, above %d\n", res.MaxTerm, uint64(SaneTerm))

@@ -35,6 +35,7 @@ func run() int {
 	dir := flag.String("dir", "", "work directory (default: a new temporary directory, removed on success)")
 	failures := flag.String("failures", "", "where failed runs are saved (default: <module root>/failures)")
 	verbose := flag.Bool("v", false, "print every fault")
+	recoveryBound := flag.Duration("recovery-bound", 0, "how long service may take to come back after a fault (0: derived from -heartbeat, scaled for the load)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -69,7 +70,7 @@ func run() int {
 	cfg := chaos.Config{
 		Binary: *bin, Forge: forge, Dir: filepath.Join(work, "run"), FailureDir: *failures, Nodes: *nodes, Heartbeat: *hb,
 		Faults: *faults, Duration: *duration, Seed: *seed, Unfenced: *unfenced, Backend: *backend,
-		CheckTimeout: 30 * time.Minute,
+		CheckTimeout: 30 * time.Minute, RecoveryBound: *recoveryBound,
 	}
 	if *verbose {
 		cfg.Log = os.Stderr
@@ -86,7 +87,11 @@ func run() int {
 	for _, s := range res.Details {
 		fmt.Fprintln(os.Stderr, s)
 	}
+	for _, s := range res.Recovery.Errors() {
+		fmt.Fprintln(os.Stderr, s)
+	}
 	fmt.Println(res.Line)
+	fmt.Println(res.Recovery.Line())
 	if !res.OK() {
 		fmt.Fprintf(os.Stderr, "violation: visualization and seed in %s (logs in %s)\n", res.FailurePath, work)
 		return 1
