@@ -40,7 +40,10 @@ func main() {
 		bound   = flag.Duration("timeout", 6*time.Minute, "time bound of one mutant's tests")
 		root    = flag.String("root", ".", "the module's root")
 		verbose = flag.Bool("v", false, "print the failing output of killed mutants")
-		set     = flag.String("set", "issue27", "which mutants: issue27 (issue 27's 48), round (the round's new code), all")
+		set     = flag.String("set", "issue27", "which mutants: issue27 (issue 27's 48), round (the round's new code), liveness, all")
+		whole   = flag.Bool("whole", false, "whole-package mode: run each affected package's whole go test (no -run), one package at a time, each within -pkg-timeout")
+		pkgTime = flag.Duration("pkg-timeout", 8*time.Minute, "whole-package mode: the bound of one package's go test (a hang is reported as a timeout naming the running tests)")
+		table   = flag.String("table", "", "whole-package mode: also write the results as a Markdown table to this file")
 	)
 	flag.Parse()
 	all, err := mutantSet(*set)
@@ -68,10 +71,23 @@ func main() {
 		os.Exit(2)
 	}
 	var killed, survived, timedOut, unbuilt []string
+	var rows []wholeResult
 	start := time.Now()
 	for _, m := range ms {
-		res, out, d := run(tmp, m, *bound)
-		fmt.Printf("%-10s %-9s %6.1fs  %s\n", m.ID, res, d.Seconds(), m.What)
+		var (
+			res string
+			out []byte
+			d   time.Duration
+		)
+		if *whole {
+			r := runWhole(tmp, m, *pkgTime)
+			rows = append(rows, r)
+			res, out, d = r.Result, r.out, r.Took
+			fmt.Printf("%-10s %-9s %6.1fs  %-28s %s\n", m.ID, res, d.Seconds(), r.By(), m.What)
+		} else {
+			res, out, d = run(tmp, m, *bound)
+			fmt.Printf("%-10s %-9s %6.1fs  %s\n", m.ID, res, d.Seconds(), m.What)
+		}
 		switch res {
 		case "killed":
 			killed = append(killed, m.ID)
@@ -89,6 +105,12 @@ func main() {
 	}
 	fmt.Printf("mutate: %d mutants in %v: %d killed, %d survived %v, %d timed out %v, %d did not compile %v\n",
 		len(ms), time.Since(start).Round(time.Second), len(killed), len(survived), survived, len(timedOut), timedOut, len(unbuilt), unbuilt)
+	if *table != "" {
+		if err := os.WriteFile(*table, []byte(markdownTable(rows)), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "mutate:", err)
+			os.Exit(2)
+		}
+	}
 	if len(survived)+len(timedOut)+len(unbuilt) > 0 {
 		os.Exit(1)
 	}
@@ -101,10 +123,12 @@ func mutantSet(name string) ([]mutant, error) {
 		return mutants, nil
 	case "round":
 		return roundMutants, nil
+	case "liveness":
+		return livenessMutants, nil
 	case "all":
-		return append(append([]mutant(nil), mutants...), roundMutants...), nil
+		return append(append(append([]mutant(nil), mutants...), roundMutants...), livenessMutants...), nil
 	}
-	return nil, fmt.Errorf("-set %q: want issue27, round or all", name)
+	return nil, fmt.Errorf("-set %q: want issue27, round, liveness or all", name)
 }
 
 func selected(all []mutant, only string) []mutant {
