@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/internal/testwait"
 	"github.com/termfence/termfence/storageguard"
 )
 
@@ -208,6 +209,12 @@ func PowerLossControl(t *testing.T, d Durable, disk PowerDisk, opts PowerOptions
 	return r
 }
 
+// stallBase is how long, on a quiet machine, PowerLoss waits for any raise
+// to return before it says that raises hang (scaled by testwait.Bound): a
+// raise takes milliseconds, and a raiser opening the fence after a cut
+// retries for seconds at most.
+const stallBase = 15 * time.Second
+
 func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 	t.Helper()
 	rounds, procs := opts.Rounds, max(opts.Procs, 1)
@@ -241,7 +248,8 @@ func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 		var mu sync.Mutex
 		var lines []line
 		acks := make(chan struct{}, 1<<16)
-		ended := make(chan int, procs) // a raiser's output ended: it exited
+		answered := make(chan struct{}, 1<<16) // a raise returned: acknowledged or refused
+		ended := make(chan int, procs)         // a raiser's output ended: it exited
 		cmds := make([]*exec.Cmd, procs)
 		stderrs := make([]*strings.Builder, procs)
 		var readers sync.WaitGroup
@@ -278,8 +286,15 @@ func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 					mu.Lock()
 					lines = append(lines, line{s[0], v, s})
 					mu.Unlock()
-					if s[0] == 'A' {
+					switch s[0] {
+					case 'A':
 						acks <- struct{}{}
+						fallthrough
+					case 'R':
+						select {
+						case answered <- struct{}{}:
+						default: // plenty unread: progress is known
+						}
 					}
 				}
 			}()
@@ -309,41 +324,54 @@ func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 			return rep
 		}
 		want := 1 + rng.IntN(6)
+		// Two bounds on the wait for acknowledgements. Progress: raisers
+		// raise again and again, each raise taking milliseconds, so a
+		// stretch of stallWait in which no raise returned (acknowledged or
+		// refused; errors are not progress) means a raise hangs — the
+		// fence's update outside its own transaction waits for that
+		// transaction's lock, say, while a resource's first raise, an
+		// insert, still returned. And in all, ackWait. Either says so at
+		// once rather than run every round into the test's timeout.
 		const ackWait = 2 * time.Minute
+		stallWait := testwait.Bound(stallBase)
 		deadline := time.After(ackWait)
-		for n := 0; n < want; n++ {
+		stall := time.NewTimer(stallWait)
+		for n := 0; n < want; {
+			var why string
 			select {
 			case <-acks:
+				n++
+				continue
+			case <-answered:
+				stall.Reset(stallWait)
+				continue
 			case i := <-ended:
 				return diedEarly(i)
+			case <-stall.C:
+				why = fmt.Sprintf("no raise returned for %v", stallWait)
 			case <-deadline:
-				// Raisers that raise again and again acknowledged fewer
-				// than want raises in two minutes: a raise hangs
-				// (issue 27's Q1: the fence's update outside its own
-				// transaction waits for that transaction's lock; a
-				// resource's first raise, an insert, still returns).
-				// Say so now rather than run every round into the
-				// test's timeout.
-				mu.Lock()
-				var last []string
-				for _, l := range lines[max(len(lines)-5, 0):] {
-					last = append(last, l.text)
-				}
-				mu.Unlock()
-				var errs []string
-				for _, cmd := range cmds {
-					cmd.Process.Kill()
-				}
-				readers.Wait()
-				for i, cmd := range cmds {
-					cmd.Wait()
-					if e := strings.TrimSpace(stderrs[i].String()); e != "" {
-						errs = append(errs, fmt.Sprintf("raiser %d: %s", i, e))
-					}
-				}
-				t.Fatalf("round %d: %d raisers acknowledged %d raises in %v, want %d: the fence's raise does not return (last lines %q, stderr %q)", round, procs, n, ackWait, want, last, errs)
+				why = fmt.Sprintf("in %v", ackWait)
 			}
+			mu.Lock()
+			var last []string
+			for _, l := range lines[max(len(lines)-5, 0):] {
+				last = append(last, l.text)
+			}
+			mu.Unlock()
+			var errs []string
+			for _, cmd := range cmds {
+				cmd.Process.Kill()
+			}
+			readers.Wait()
+			for i, cmd := range cmds {
+				cmd.Wait()
+				if e := strings.TrimSpace(stderrs[i].String()); e != "" {
+					errs = append(errs, fmt.Sprintf("raiser %d: %s", i, e))
+				}
+			}
+			t.Fatalf("round %d: %d raisers acknowledged %d raises, want %d: %s: the fence's raise does not return (last lines %q, stderr %q)", round, procs, n, want, why, last, errs)
 		}
+		stall.Stop()
 		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
 		torn := rng.IntN(2) == 0
 		if torn {

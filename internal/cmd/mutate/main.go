@@ -82,6 +82,11 @@ func main() {
 		if *whole {
 			r := runWhole(tmp, m, *pkgTime)
 			rows = append(rows, r)
+			if *table != "" { // after each mutant: a long run cut short keeps what finished
+				if err := os.WriteFile(*table, []byte(markdownTable(rows)), 0o644); err != nil {
+					fmt.Fprintln(os.Stderr, "mutate:", err)
+				}
+			}
 			res, out, d = r.Result, r.out, r.Took
 			fmt.Printf("%-10s %-9s %6.1fs  %-28s %s\n", m.ID, res, d.Seconds(), r.By(), m.What)
 		} else {
@@ -105,12 +110,7 @@ func main() {
 	}
 	fmt.Printf("mutate: %d mutants in %v: %d killed, %d survived %v, %d timed out %v, %d did not compile %v\n",
 		len(ms), time.Since(start).Round(time.Second), len(killed), len(survived), survived, len(timedOut), timedOut, len(unbuilt), unbuilt)
-	if *table != "" {
-		if err := os.WriteFile(*table, []byte(markdownTable(rows)), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "mutate:", err)
-			os.Exit(2)
-		}
-	}
+
 	if len(survived)+len(timedOut)+len(unbuilt) > 0 {
 		os.Exit(1)
 	}
