@@ -81,6 +81,21 @@
 //     a 200 always names the accepted epoch; no 5xx while the store is up.
 //   - Terms stay sane: no node reports a Raft term above SaneTerm (2^20),
 //     and the hostile peer sees every forged RPC refused.
+//   - Liveness (recovery.go, internal/liveness): after each fault ends the
+//     nemesis waits for full service — a leader with a confirmed epoch, a
+//     write called after the end acknowledged by the store and, with roles,
+//     every role held and a write of each acknowledged — before it draws
+//     the next fault. Service must come back within a bound derived from
+//     the heartbeat H (20 H: detection, up to four election rounds, the
+//     confirmation, a second leader change; 4 H more with roles; four
+//     polls, the store's write delay and 2 s of scheduling), scaled for the
+//     machine's load (internal/testwait, at most 8 times), or
+//     Config.RecoveryBound. A late recovery fails the run, naming the fault
+//     and what was missing, and ends the faults. A safety-only oracle
+//     passes a cluster that stopped serving for good;
+//     TestChaosLivenessControl plants one (nodes that withhold their
+//     epochs once a partition healed, node -stall-after-heal) and must see
+//     it.
 //
 // Two control runs show that the checks can fail: a store with the fence
 // switched off (Config.Unfenced) and one whose fence admits an epoch and
@@ -151,9 +166,10 @@
 //	TERMFENCE_CHAOS_BIN=path ...                  # test a prebuilt examples/cluster
 //	TERMFENCE_CHAOS_HISTORY=failures/.../history.json go test -run TestCheckSavedHistory ./internal/chaos
 //
-// Both modes end with one line:
+// Both modes end with one line, the recovery times after the faults
+// (median and longest) last:
 //
-//	chaos: seed=S faults=N ops=N acked=N refused_stale=N stale_accepted=0 lost=0 linearizable=true
+//	chaos: seed=S faults=N ops=N acked=N refused_stale=N stale_accepted=0 lost=0 linearizable=true recovery_p50=61ms recovery_max=311ms recovery_late=0
 //
 // # What is not guaranteed
 //
