@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/termfence/termfence/internal/liveness"
@@ -109,6 +110,9 @@ type nemesis struct {
 	// service did not come back within the bound, and ends the faults.
 	live liveness.Report
 	late bool
+	// said is the last line logged about a fault ("fault N: ..."), which
+	// names it in its recovery.
+	said atomic.Pointer[string]
 }
 
 // labFaultWeights, in netlab mode: partitions are what the lab is for,

@@ -150,6 +150,14 @@ func (c Config) recoveryBound() time.Duration {
 func (n *nemesis) awaitRecovery(ctx context.Context, kind faultKind, ended time.Duration, wall time.Time) bool {
 	bound := n.cfg.recoveryBound()
 	name := fmt.Sprintf("fault %d (%v)", n.faults, kind)
+	if said := n.said.Load(); said != nil {
+		if what, ok := strings.CutPrefix(*said, fmt.Sprintf("fault %d: ", n.faults)); ok {
+			if !strings.HasPrefix(what, kind.String()+":") {
+				what = kind.String() + ": " + what
+			}
+			name = fmt.Sprintf("fault %d (%s)", n.faults, what)
+		}
+	}
 	rec, err := liveness.Await(ctx, name, wall, bound, n.cfg.PollEvery, func() string {
 		return n.w.prog.missing(ended, n.cfg.roleNames())
 	})
@@ -164,4 +172,16 @@ func (n *nemesis) awaitRecovery(ctx context.Context, kind faultKind, ended time.
 	}
 	n.logf("  %s", rec)
 	return true
+}
+
+// noting wraps logf so that the nemesis remembers its last line about a
+// fault ("fault N: partition: isolate n2 for 1.029s"): the fault's name in
+// its recovery.
+func (n *nemesis) noting(logf func(format string, args ...any)) func(format string, args ...any) {
+	return func(format string, args ...any) {
+		if s := fmt.Sprintf(format, args...); strings.HasPrefix(s, "fault ") {
+			n.said.Store(&s)
+		}
+		logf(format, args...)
+	}
 }

@@ -96,7 +96,7 @@ func TestChaosLivenessControl(t *testing.T) {
 	if len(late) == 0 || res.Passed() {
 		t.Fatalf("service never came back after a partition healed, and the run passed: the liveness oracle cannot see it (seed %d): %s", cfg.Seed, res.Recovery.Line())
 	}
-	if !strings.Contains(late[0].Fault, "(partition)") || !strings.Contains(late[0].Missing, "no leader with a confirmed epoch") {
+	if !strings.Contains(late[0].Fault, "(partition: ") || !strings.Contains(late[0].Missing, "no leader with a confirmed epoch") {
 		t.Errorf("late recovery %q: want it to name the partition and the missing epoch", late[0])
 	}
 	if res.Faults != len(res.Recovery.Recoveries) || res.Faults >= cfg.Faults {

@@ -229,6 +229,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	w := newWorkload(c, rec, cfg)
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	nem := &nemesis{c: c, w: w, cfg: cfg, rng: rand.New(rand.NewSource(rng.Int63())), logf: logf, labCounts: map[string]int{}}
+	nem.logf = nem.noting(logf) // recovery.go: a late recovery names the fault as logged
 
 	logf("chaos: seed=%d nodes=%d heartbeat=%v unfenced=%t release_early=%t backend=%s write_delay=%v netlab=%t dir=%s", cfg.Seed, cfg.Nodes, cfg.Heartbeat, cfg.Unfenced, cfg.ReleaseEarly, cfg.Backend, cfg.WriteDelay, cfg.Netlab, cfg.Dir)
 	if c.lab != nil {
