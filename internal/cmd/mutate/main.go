@@ -10,7 +10,10 @@
 //	go run ./internal/cmd/mutate                 # every mutant
 //	go run ./internal/cmd/mutate -only EP3,E1b   # some
 //	go run ./internal/cmd/mutate -check          # only check that every snippet is found once
-//	go run ./internal/cmd/mutate -set round      # the round's new code (-set all: both)
+//	go run ./internal/cmd/mutate -set round      # the round's new code (-set all: every set)
+//	go run ./internal/cmd/mutate -whole -set all -table kills.md
+//	                                             # whole-package mode (whole.go): each package's
+//	                                             # plain go test, a bound per package, kill times
 //
 // CI runs it only with TERMFENCE_MUTATE=1 (.ci/run): a full run took 21
 // minutes on a loaded two-core machine. PostgreSQL mutants need TERMFENCE_POSTGRES_DSN, as
