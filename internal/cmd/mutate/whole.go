@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -82,13 +83,16 @@ func runWhole(dir string, m mutant, pkgBound time.Duration) wholeResult {
 }
 
 // goTestWhole runs one package's whole go test with go test's own -timeout
-// at bound (so that a hang prints the running tests); the go command is
-// killed a minute later if it has not ended by then. It returns passed,
-// killed, timeout, unbuilt or "error: ...", and the output.
+// at bound (so that a hang prints the running tests), verbose (so that the
+// tests started and not ended can be named even if the go command has to
+// be killed); the go command is killed if it has not ended by twice the
+// bound (building the test binary is not within go test's -timeout, and on
+// a loaded machine takes minutes). It returns passed, killed, timeout,
+// unbuilt or "error: ...", and the output.
 func goTestWhole(dir, pkg string, bound time.Duration) (string, []byte) {
-	ctx, cancel := context.WithTimeout(context.Background(), bound+time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*bound)
 	defer cancel()
-	cmd := exec.Command("go", "test", "-count=1", "-failfast", "-timeout", bound.String(), pkg)
+	cmd := exec.Command("go", "test", "-v", "-count=1", "-failfast", "-timeout", bound.String(), pkg)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var buf bytes.Buffer
@@ -125,6 +129,8 @@ func classifyWhole(passed bool, out []byte) string {
 var (
 	failLine    = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
 	runningLine = regexp.MustCompile(`^\s+(Test\S*|Example\S*|Fuzz\S*) \(`)
+	startLine   = regexp.MustCompile(`(?m)^=== RUN\s+(\S+)`)
+	endLine     = regexp.MustCompile(`(?m)^\s*--- (?:PASS|FAIL|SKIP): (\S+)`)
 )
 
 // failedTests returns the tests a go test output reports failed, deepest
@@ -138,7 +144,9 @@ func failedTests(out []byte) []string {
 }
 
 // runningTests returns the tests go test's timeout panic lists as running
-// ("panic: test timed out after 8m0s\n\trunning tests:\n\t\tTestX (8m0s)").
+// ("panic: test timed out after 8m0s\n\trunning tests:\n\t\tTestX (8m0s)"),
+// or without that list (the go command was killed) the tests its verbose
+// output shows started ("=== RUN") and not ended ("--- PASS/FAIL/SKIP").
 func runningTests(out []byte) []string {
 	var names []string
 	in := false
@@ -152,6 +160,18 @@ func runningTests(out []byte) []string {
 				return names
 			}
 			names = append(names, m[1]+" (running)")
+		}
+	}
+	if len(names) > 0 {
+		return names
+	}
+	ended := map[string]bool{}
+	for _, m := range endLine.FindAllSubmatch(out, -1) {
+		ended[string(m[1])] = true
+	}
+	for _, m := range startLine.FindAllSubmatch(out, -1) {
+		if n := string(m[1]); !ended[n] && !slices.Contains(names, n+" (running)") {
+			names = append(names, n+" (running)")
 		}
 	}
 	return names

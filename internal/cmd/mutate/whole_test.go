@@ -18,6 +18,10 @@ func TestClassifyWhole(t *testing.T) {
 	if got, want := runningTests(hung), []string{"TestSQLitePowerLoss (running)", "TestSQLitePowerLoss/round-3 (running)"}; !slices.Equal(got, want) {
 		t.Errorf("runningTests = %q, want %q", got, want)
 	}
+	killed := []byte("=== RUN   TestA\n--- PASS: TestA (0.01s)\n=== RUN   TestB\n=== RUN   TestB/sub\n    --- PASS: TestB/sub (1.00s)\n=== RUN   TestB/other\n")
+	if got, want := runningTests(killed), []string{"TestB (running)", "TestB/other (running)"}; !slices.Equal(got, want) {
+		t.Errorf("runningTests of a killed verbose run = %q, want %q", got, want)
+	}
 	failed := []byte("=== RUN   TestSQLite\n=== RUN   TestSQLite/RaiseReturns\n    suite.go:45: raise did not return within 15s\n    --- FAIL: TestSQLite/RaiseReturns (15.00s)\n--- FAIL: TestSQLite (15.20s)\nFAIL\n")
 	if got := classifyWhole(false, failed); got != "killed" {
 		t.Errorf("failed: %s", got)
