@@ -219,9 +219,9 @@ func PowerLossControl(t *testing.T, d Durable, disk PowerDisk, opts PowerOptions
 
 // stallBase is how long, on a quiet machine, PowerLoss waits for the next
 // acknowledged raise before it says that raises do not go through (scaled
-// by testwait.Bound): a raise takes milliseconds, and a raiser opening the
-// fence after a cut retries for seconds at most.
-const stallBase = 15 * time.Second
+// for the machine's load, internal/testwait): a raise takes milliseconds,
+// and a round's raisers start and open the fence in a few seconds.
+const stallBase = 20 * time.Second
 
 // raiseReturnsFirst runs the conformance suite's first check, RaiseReturns,
 // on a fence d opens here, on the plain disk, before any child starts: a
@@ -349,7 +349,9 @@ func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 		// terms still return. And in all, ackWait. Either says so at once
 		// rather than run every round into the test's timeout.
 		const ackWait = 2 * time.Minute
-		stallWait := testwait.Bound(stallBase)
+		// The load now, not only when the package started: a round's
+		// children start and open the fence on the machine as it is.
+		stallWait := time.Duration(float64(stallBase) * max(testwait.Factor(), testwait.FactorNow()))
 		deadline := time.After(ackWait)
 		stall := time.NewTimer(stallWait)
 		for n := 0; n < want; {
