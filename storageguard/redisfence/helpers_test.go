@@ -145,3 +145,7 @@ func vectors(t testing.TB) (vectorFile, redisfence.Config, epoch.Verifier) {
 	}
 	return f, cfg, v
 }
+
+func redisLibQuery() redis.FunctionListQuery {
+	return redis.FunctionListQuery{LibraryNamePattern: redisfence.DefaultLibrary, WithCode: true}
+}
