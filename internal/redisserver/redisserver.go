@@ -133,7 +133,10 @@ func (s *Server) start(ctx context.Context) error {
 			}
 			logMu.Unlock()
 		}
-		cmd.Wait()
+		err := cmd.Wait()
+		logMu.Lock()
+		fmt.Fprintf(log, "(redisserver: exited: %v)\n", err)
+		logMu.Unlock()
 		close(done)
 	}()
 	s.mu.Lock()
@@ -269,3 +272,30 @@ func (s *Server) Log() string {
 
 // Close stops the server (SIGTERM) and waits for it to exit.
 func (s *Server) Close() error { return s.Stop() }
+
+// AOFDir is the directory redis-server keeps its append-only files in,
+// under its working directory (appenddirname's default).
+const AOFDir = "appendonlydir"
+
+// PrepareDir creates dir and dir/AOFDir and syncs both and their parents,
+// so that the directory entries survive a power cut: Redis 7.0 creates
+// appendonlydir without syncing the directory that holds it, and a power
+// cut soon after its first start can lose every file in it.
+func PrepareDir(dir string) error {
+	aof := dir + "/" + AOFDir
+	if err := os.MkdirAll(aof, 0o755); err != nil {
+		return fmt.Errorf("redisserver: %w", err)
+	}
+	for _, d := range []string{aof, dir, dir + "/.."} {
+		f, err := os.Open(d)
+		if err != nil {
+			return fmt.Errorf("redisserver: %w", err)
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("redisserver: sync %s: %w", d, err)
+		}
+	}
+	return nil
+}

@@ -41,6 +41,18 @@ func sign(t testing.TB, e epoch.Epoch) string {
 type server struct {
 	*redisserver.Server
 	admin *redis.Client
+	// durable is the client Open checks durability with (nil: admin).
+	durable redis.UniversalClient
+	// onStart, if set, runs after each restart.
+	onStart func()
+}
+
+// fakeDurable is a second redis-server, durable, whose only use is to
+// make Open's check pass for a control test of a server that is not.
+func fakeDurable(t testing.TB) *redis.Client {
+	t.Helper()
+	s := redisserver.ForTest(t)
+	return client(t, s.Addr, "", "")
 }
 
 func newServer(t testing.TB, args ...string) *server {
