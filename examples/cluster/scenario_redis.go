@@ -153,4 +153,3 @@ func runRedis(ctx context.Context, e *env) (*summary, error) {
 	sum.ok = lost == 0
 	return sum, nil
 }
-
