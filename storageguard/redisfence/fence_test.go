@@ -186,6 +186,14 @@ func TestKeyRotation(t *testing.T) {
 	if err := f.Admit(ctx, "r", k3Tok); !errors.Is(err, epoch.ErrBadSignature) {
 		t.Fatalf("unknown key ID: %v", err)
 	}
+	// An unknown ID over a key the library holds without an ID: still no
+	// key of that ID, so refused (a key is chosen by its ID, never by
+	// falling back to another).
+	confused, _ := epoch.NewHMACKeys(epoch.HMACKey{ID: "k3", Secret: testKey})
+	confusedTok, _ := confused.Sign(ep(9, "c"))
+	if err := f.Admit(ctx, "r", confusedTok); !errors.Is(err, epoch.ErrBadSignature) {
+		t.Fatalf("unknown key ID signed with the key without an ID: %v", err)
+	}
 	s.install(t, redisfence.Config{HMACKeys: map[string][]byte{"k2": newKey}})
 	if err := f.Admit(ctx, "r", sign(t, ep(9, "c"))); !errors.Is(err, epoch.ErrBadSignature) {
 		t.Fatalf("old key after rotation: %v", err)
