@@ -13,7 +13,8 @@ import (
 )
 
 // MaxCmdArgs bounds the arguments of one command run through Do, command
-// name included (the Lua stack unpacks them).
+// name included (the Lua stack unpacks them); the library refuses longer
+// commands too, before it writes.
 const MaxCmdArgs = 1000
 
 // Cmd is one Redis command and its arguments, as go-redis takes them:

@@ -234,7 +234,7 @@ local function build()
     local cmds, p = {}, 2
     while p <= #args do
       local n = tonumber(args[p])
-      if not n or n < 1 or n ~= math.floor(n) or p + n > #args then
+      if not n or n < 1 or n > 1000 or n ~= math.floor(n) or p + n > #args then
         return refuse("TFBADCALL", "bad command count at argument " .. p)
       end
       local cmd = {}

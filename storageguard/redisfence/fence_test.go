@@ -122,6 +122,17 @@ func TestErrorsOfBadCalls(t *testing.T) {
 	if !errors.Is(redisfence.Refusal("r", err), redisfence.ErrBadCall) {
 		t.Errorf("truncated command: %v", err)
 	}
+	long := []any{tok, 1001, "MSET"}
+	for i := 0; i < 500; i++ {
+		long = append(long, "x", "1")
+	}
+	err = s.admin.FCall(ctx, "termfence_write", []string{"r"}, long...).Err()
+	if !errors.Is(redisfence.Refusal("r", err), redisfence.ErrBadCall) {
+		t.Errorf("a command of 1001 arguments: %v", err)
+	}
+	if _, err := f.Do(ctx, "r", tok, nil, make(redisfence.Cmd, 1001)); !errors.Is(err, redisfence.ErrBadCall) {
+		t.Errorf("Do with a command of 1001 arguments: %v", err)
+	}
 	if n, _ := s.admin.Exists(ctx, "r", "x").Result(); n != 0 {
 		t.Fatalf("a malformed call wrote %d keys", n)
 	}
