@@ -42,6 +42,7 @@ var scenarios = []scenarioDef{
 	{"lab", "The idea on three machines (-lab)", "node processes on hosts of their own (Linux network namespaces; root): a leader paused by SIGSTOP, then one partitioned by the kernel; both late writes refused", []string{"unfenced"}, runLab},
 	{"gc-pause", "The idea in one minute (a real pause)", "a node process is SIGSTOPped while it leads, a new leader is elected, SIGCONT: its late write is refused", []string{"unfenced"}, runGCPause},
 	{"object-store", "the paused leader, against an S3 object store", "A's PUT, read before its pause and sent after it, is refused by a versitygw S3 server (conditional PUT, objectfence); -unfenced: it lands and B's update is lost", []string{"unfenced"}, runObjectStore},
+	{"redis", "the paused leader, with the fence inside Redis", "A's late write through the fence library is refused by redis-server itself, and so is a forged token's; -unfenced: A's plain SET lands and B's update is lost", []string{"unfenced"}, runRedis},
 	{"roles", "Many leaders on one group (election roles)", "a dozen roles on three node processes, each owner writing its role's resource with its role token; the owner of several is frozen (SIGSTOP), its roles move, its late writes are refused, then it is killed", nil, runRoles},
 	{"every-write-path", "where fencing stops: every write path must check", "PostgreSQL guards the table (pgtrigger): A's batch job writing around the store's API is refused by the database (-api-only: it lands, B's update is lost)", []string{"api-only"}, runEveryWritePath},
 }

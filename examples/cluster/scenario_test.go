@@ -166,6 +166,10 @@ func TestScenarios(t *testing.T) {
 		// An S3 object store (versitygw; skipped, saying so, without it).
 		{"object-store", []string{"-scenario", "object-store"}, want{"fenced": "true", "refused": "1", "lost": "0", "data": "[v0,B]", "ok": "true"}, checkAB("the store answers 412; objectfence reads again: REFUSED")},
 		{"object-store-unfenced", []string{"-scenario", "object-store", "-unfenced"}, want{"fenced": "false", "refused": "0", "lost": "1", "data": "[v0,A]", "ok": "false"}, checkAB("B's update is LOST")},
+		// Redis with the fence library inside it (skipped, saying so,
+		// without redis-server).
+		{"redis", []string{"-scenario", "redis"}, want{"fenced": "true", "refused": "1", "forged_refused": "1", "lost": "0", "data": "[v0,B]", "ok": "true"}, checkAB("REFUSED by Redis itself")},
+		{"redis-unfenced", []string{"-scenario", "redis", "-unfenced"}, want{"fenced": "false", "refused": "0", "lost": "1", "data": "[v0,A]", "ok": "false"}, checkAB("B's update is LOST")},
 		// Named roles on one group: every role of the frozen owner moves,
 		// its late writes under the old grants are all refused, and no
 		// role's resource loses its new owner's write.
@@ -205,6 +209,9 @@ func TestScenarios(t *testing.T) {
 			}
 			if c.args[1] == "object-store" {
 				needVersitygw(t)
+			}
+			if c.args[1] == "redis" {
+				needRedis(t)
 			}
 			args := append([]string{testScenarioHeartbeat}, c.args...)
 			m, out := runScenario(t, args...)

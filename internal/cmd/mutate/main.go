@@ -43,7 +43,7 @@ func main() {
 		bound   = flag.Duration("timeout", 6*time.Minute, "time bound of one mutant's tests")
 		root    = flag.String("root", ".", "the module's root")
 		verbose = flag.Bool("v", false, "print the failing output of killed mutants")
-		set     = flag.String("set", "issue27", "which mutants: issue27 (issue 27's 48), round (the round's new code), liveness, all")
+		set     = flag.String("set", "issue27", "which mutants: one of the sets named in mutantSets, or all")
 		whole   = flag.Bool("whole", false, "whole-package mode: run each affected package's whole go test (no -run), one package at a time, each within -pkg-timeout")
 		pkgTime = flag.Duration("pkg-timeout", 8*time.Minute, "whole-package mode: the bound of one package's go test (a hang is reported as a timeout naming the running tests)")
 		table   = flag.String("table", "", "whole-package mode: also write the results as a Markdown table to this file")
@@ -119,19 +119,33 @@ func main() {
 	}
 }
 
+// mutantSets are the named sets of mutants (-set NAME), one per area of
+// the code they are planted in; -set all is their union, in this order.
+var mutantSets = []struct {
+	name    string
+	mutants []mutant
+}{
+	{"issue27", mutants},
+	{"round", roundMutants},
+	{"liveness", livenessMutants},
+	{"redis", redisMutants},
+}
+
 // mutantSet returns the mutants of a -set name.
 func mutantSet(name string) ([]mutant, error) {
-	switch name {
-	case "issue27":
-		return mutants, nil
-	case "round":
-		return roundMutants, nil
-	case "liveness":
-		return livenessMutants, nil
-	case "all":
-		return append(append(append([]mutant(nil), mutants...), roundMutants...), livenessMutants...), nil
+	var all []mutant
+	var known []string
+	for _, s := range mutantSets {
+		if s.name == name {
+			return s.mutants, nil
+		}
+		all = append(all, s.mutants...)
+		known = append(known, s.name)
 	}
-	return nil, fmt.Errorf("-set %q: want issue27, round, liveness or all", name)
+	if name == "all" {
+		return all, nil
+	}
+	return nil, fmt.Errorf("-set %q: want one of %s, or all", name, strings.Join(known, ", "))
 }
 
 func selected(all []mutant, only string) []mutant {
