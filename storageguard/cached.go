@@ -235,7 +235,8 @@ func (e *entry) do(ctx context.Context, resource string, ep epoch.Epoch, s Store
 		return err
 	}
 	for {
-		if err := e.g.Share(ctx); err != nil {
+		gen, err := e.g.Share(ctx)
+		if err != nil {
 			return err
 		}
 		if e.loaded {
@@ -253,7 +254,6 @@ func (e *entry) do(ctx context.Context, resource string, ep epoch.Epoch, s Store
 				return e.g.Run(ctx, write)
 			}
 		}
-		gen := e.g.Gen()
 		e.g.Unshare()
 		if e.g.Held(ctx) {
 			return nestedRaise(resource, ep)
@@ -307,11 +307,11 @@ func (e *entry) raiseLocked(ctx context.Context, resource string, ep epoch.Epoch
 // current returns the highest epoch, loading it first if needed.
 func (e *entry) current(ctx context.Context, resource string, s Store) (epoch.Epoch, error) {
 	for {
-		if err := e.g.Share(ctx); err != nil {
+		gen, err := e.g.Share(ctx)
+		if err != nil {
 			return epoch.Epoch{}, err
 		}
 		h, loaded := e.highest, e.loaded
-		gen := e.g.Gen()
 		e.g.Unshare()
 		if loaded {
 			return h, nil

@@ -113,21 +113,24 @@ func (g *Gate) await(ctx context.Context) error {
 // Share takes the shared side. It waits while an exclusive hold lasts or an
 // exclusive waiter is queued, unless ctx records a shared hold of g that
 // still lasts (a call nested in a write): that one joins at once. It
-// returns ctx's error, holding nothing, if ctx ends first.
-func (g *Gate) Share(ctx context.Context) error {
+// returns the generation (Gen) as of the hold, or ctx's error, holding
+// nothing, if ctx ends first.
+func (g *Gate) Share(ctx context.Context) (uint32, error) {
 	g.mu.Lock()
 	if !g.excl && g.queued == 0 {
 		g.shared++
+		gen := g.gen
 		g.mu.Unlock()
-		return nil
+		return gen, nil
 	}
 	if hasHold(ctx) && g.holdOf(ctx) != nil {
 		// Nested: the hold outside is still in, so no exclusive hold
 		// can be; joining delays an exclusive waiter no longer than the
 		// hold outside does.
 		g.shared++
+		gen := g.gen
 		g.mu.Unlock()
-		return nil
+		return gen, nil
 	}
 	g.waiting++
 	for {
@@ -135,13 +138,14 @@ func (g *Gate) Share(ctx context.Context) error {
 		if !g.excl && g.queued == 0 {
 			g.waiting--
 			g.shared++
+			gen := g.gen
 			g.mu.Unlock()
-			return nil
+			return gen, nil
 		}
 		if err != nil {
 			g.waiting--
 			g.mu.Unlock()
-			return err
+			return 0, err
 		}
 	}
 }
@@ -176,6 +180,20 @@ func (g *Gate) Run(ctx context.Context, write func(context.Context) error) error
 		g.mu.Unlock()
 	}()
 	return write(h)
+}
+
+// With runs fn, while the caller holds the shared side, with a context that
+// records the hold, and keeps the hold: the caller releases it (Unshare)
+// after whatever else it has to undo first.
+func (g *Gate) With(ctx context.Context, fn func(context.Context) error) error {
+	h := &held{Context: ctx, g: g, active: true}
+	h.parent, _ = ctx.Value(heldKey{}).(*held)
+	defer func() {
+		g.mu.Lock()
+		h.active = false
+		g.mu.Unlock()
+	}()
+	return fn(h)
 }
 
 // Held reports whether ctx records a shared hold of g that still lasts: a

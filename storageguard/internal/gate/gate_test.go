@@ -38,7 +38,7 @@ func result(t *testing.T, what string, ch <-chan error) error {
 func TestShareHonoursContext(t *testing.T) {
 	var g Gate
 	bg := context.Background()
-	if err := g.Share(bg); err != nil {
+	if _, err := g.Share(bg); err != nil {
 		t.Fatal(err)
 	}
 	gen := g.Gen()
@@ -53,7 +53,7 @@ func TestShareHonoursContext(t *testing.T) {
 	waitUntil(t, "the exclusive waiter queued", func() bool { return g.Waiting() == 1 })
 	ctx, cancel := context.WithCancel(bg)
 	shared := make(chan error, 1)
-	go func() { shared <- g.Share(ctx) }()
+	go func() { _, err := g.Share(ctx); shared <- err }()
 	waitUntil(t, "the shared caller waiting", func() bool { return g.Waiting() == 2 })
 	cancel()
 	if err := result(t, "Share", shared); !errors.Is(err, context.Canceled) {
@@ -74,7 +74,7 @@ func TestShareHonoursContext(t *testing.T) {
 func TestLockHonoursContext(t *testing.T) {
 	var g Gate
 	bg := context.Background()
-	if err := g.Share(bg); err != nil {
+	if _, err := g.Share(bg); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(bg)
@@ -82,7 +82,7 @@ func TestLockHonoursContext(t *testing.T) {
 	go func() { _, err := g.Lock(ctx, g.Gen()); locked <- err }()
 	waitUntil(t, "the exclusive waiter queued", func() bool { return g.Waiting() == 1 })
 	shared := make(chan error, 1)
-	go func() { shared <- g.Share(bg) }()
+	go func() { _, err := g.Share(bg); shared <- err }()
 	waitUntil(t, "the shared caller held back", func() bool { return g.Waiting() == 2 })
 	cancel()
 	if err := result(t, "Lock", locked); !errors.Is(err, context.Canceled) {
@@ -105,7 +105,7 @@ func TestLockHonoursContext(t *testing.T) {
 func TestNestedJoins(t *testing.T) {
 	var g, other Gate
 	bg := context.Background()
-	if err := g.Share(bg); err != nil {
+	if _, err := g.Share(bg); err != nil {
 		t.Fatal(err)
 	}
 	var kept context.Context
@@ -121,7 +121,7 @@ func TestNestedJoins(t *testing.T) {
 		sub, cancel := context.WithCancel(ctx)
 		defer cancel()
 		joined := make(chan error, 1)
-		go func() { joined <- g.Share(sub) }()
+		go func() { _, err := g.Share(sub); joined <- err }()
 		if err := result(t, "a nested Share", joined); err != nil {
 			return err
 		}
@@ -139,7 +139,7 @@ func TestNestedJoins(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(kept)
 	cancel()
-	if err := g.Share(ctx); !errors.Is(err, context.Canceled) {
+	if _, err := g.Share(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Share with the context of an ended hold, under an exclusive hold = %v, want context.Canceled", err)
 	}
 	g.Unlock()
@@ -179,7 +179,7 @@ func TestLockStepsAside(t *testing.T) {
 func TestLockInOrder(t *testing.T) {
 	var g Gate
 	bg := context.Background()
-	if err := g.Share(bg); err != nil {
+	if _, err := g.Share(bg); err != nil {
 		t.Fatal(err)
 	}
 	gen := g.Gen()
