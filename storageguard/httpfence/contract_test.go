@@ -99,17 +99,26 @@ func (c *readClock) arrival() time.Time { return time.Unix(0, c.last.Load()) }
 // request carries X-Term (its epoch's term) and, optionally, X-Work (how
 // long the backend works before it acts, a Go duration); it acts (actLog)
 // and then answers 200. It reads each request in full before it works.
+// The misbehaving-backend harness adds faults (X-Fault: answer-early,
+// crash) and upgraded connections it half-closes (serveUpgrade).
 type contractBackend struct {
-	ln  net.Listener
 	log *actLog
 	tb  time.Duration
 	wg  sync.WaitGroup
-	mu  sync.Mutex
+	// crash, if set, says for an X-Fault: crash request whether the
+	// backend acts before it crashes, and how long it stays down.
+	crash func() (actFirst bool, downtime time.Duration)
+
+	mu     sync.Mutex
+	ln     net.Listener
+	closed bool
 	// conns are the open connections, closed by close.
 	conns map[net.Conn]bool
-	// got counts the requests it read, done those it finished with (acted
-	// or gave up).
-	got, done atomic.Int64
+
+	// got counts the requests it read, done those it finished with
+	// (acted, gave up, answered early or crashed); upgraded the upgraded
+	// connections it still serves.
+	got, done, upgraded atomic.Int64
 }
 
 func startContractBackend(t testing.TB, log *actLog, tb time.Duration) *contractBackend {
@@ -125,11 +134,16 @@ func startContractBackend(t testing.TB, log *actLog, tb time.Duration) *contract
 	return b
 }
 
-func (b *contractBackend) url() string { return "http://" + b.ln.Addr().String() }
+func (b *contractBackend) url() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return "http://" + b.ln.Addr().String()
+}
 
 func (b *contractBackend) close() {
-	b.ln.Close()
 	b.mu.Lock()
+	b.closed = true
+	b.ln.Close()
 	for c := range b.conns {
 		c.Close()
 	}
@@ -137,32 +151,37 @@ func (b *contractBackend) close() {
 	b.wg.Wait()
 }
 
-// track adds or removes c from the open connections.
+// track adds or removes c from the open connections; a connection that
+// comes after close is closed at once.
 func (b *contractBackend) track(c net.Conn, open bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.conns == nil {
 		b.conns = map[net.Conn]bool{}
 	}
-	if open {
+	switch {
+	case open && b.closed:
+		c.Close()
+	case open:
 		b.conns[c] = true
-	} else {
+	default:
 		delete(b.conns, c)
 	}
 }
 
 func (b *contractBackend) accept() {
 	defer b.wg.Done()
-	var conns sync.WaitGroup
-	defer conns.Wait()
+	b.mu.Lock()
+	ln := b.ln
+	b.mu.Unlock()
 	for {
-		c, err := b.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		conns.Add(1)
+		b.wg.Add(1)
 		go func() {
-			defer conns.Done()
+			defer b.wg.Done()
 			b.serve(c)
 		}()
 	}
@@ -181,15 +200,36 @@ func (b *contractBackend) serve(c net.Conn) {
 		if err != nil {
 			return
 		}
+		term, _ := strconv.ParseUint(req.Header.Get("X-Term"), 10, 64)
+		if req.Header.Get("Upgrade") == "echo" {
+			b.serveUpgrade(c, rc, br, req, term)
+			return
+		}
+		if req.Header.Get("X-Fault") == "answer-early" {
+			// Answers at the header and closes: the body is not read,
+			// and nothing is acted on.
+			b.got.Add(1)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nearly")
+			b.done.Add(1)
+			return
+		}
 		if _, err := io.Copy(io.Discard, req.Body); err != nil {
 			return
 		}
 		arrival := rc.arrival()
 		b.got.Add(1)
-		term, _ := strconv.ParseUint(req.Header.Get("X-Term"), 10, 64)
 		if w, err := time.ParseDuration(req.Header.Get("X-Work")); err == nil && w > 0 {
 			t := time.NewTimer(w)
 			<-t.C
+		}
+		if req.Header.Get("X-Fault") == "crash" && b.crash != nil {
+			actFirst, downtime := b.crash()
+			if actFirst {
+				b.log.act(term, req.URL.Path, arrival, b.tb)
+			}
+			b.done.Add(1)
+			b.crashNow(c, downtime)
+			return
 		}
 		b.log.act(term, req.URL.Path, arrival, b.tb)
 		b.done.Add(1)
