@@ -26,7 +26,7 @@ var fencesMutants = []mutant{
 		What:        "a raiser whose raise another one did waits for that one's write",
 		Original:    "\t\tcase g.gen != gen:\n\t\t\tg.dequeue(t)",
 		Replacement: "\t\tcase false:\n\t\t\tg.dequeue(t)"},
-	{ID: "GT-fifo", File: "storageguard/internal/gate/gate.go", Packages: pkGate, Run: "",
+	{ID: "GT-fifo", File: "storageguard/internal/gate/gate.go", Packages: pkGuardCore, Run: "TestMemory$/RaisesInOrder|TestCached$/RaisesInOrder",
 		What:        "raisers are served in no particular order",
 		Original:    "\t\tcase !g.excl && g.shared == 0 && g.tickets[0] == t:",
 		Replacement: "\t\tcase !g.excl && g.shared == 0:"},
