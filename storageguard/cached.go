@@ -41,11 +41,16 @@ type Store interface {
 // wraps one, to close the store after Close).
 //
 // There is no global lock on the hot path: each resource has its own entry
-// with a read-write lock. Writes under the resource's current epoch hold the
-// read side and run concurrently, and touch neither the Store nor the disk;
-// a raise takes the write side, so it waits for the writes still running
-// under the older epoch, records the new epoch through Store.Raise, and from
-// then on the older epoch is refused (docs/DESIGN.md I4).
+// with a shared-exclusive lock. Writes under the resource's current epoch
+// hold the shared side and run concurrently, and touch neither the Store
+// nor the disk; a raise takes the exclusive side, so it waits for the
+// writes still running under the older epoch, records the new epoch
+// through Store.Raise, and from then on the older epoch is refused
+// (docs/DESIGN.md I4). Raises queue first come, first served, and writes
+// arriving while one waits queue behind it (a stream of older-epoch writes
+// does not starve it); every wait ends with its context; a second writer
+// of an epoch that another raised while it waited does not wait for that
+// one's write; a call nested in a write joins the write's hold.
 //
 // The cache is the truth between raises: a resource is read from the Store
 // once, when it is first used (or after a failed Raise), and decided in

@@ -137,7 +137,7 @@ var mutants = []mutant{
 	{ID: "R4", File: "storageguard/rule.go", Packages: pkCore, What: "resource names may be one byte longer",
 		Original: "\tif len(resource) > MaxResourceLen {\n", Replacement: "\tif len(resource) > MaxResourceLen+1 {\n"},
 	{ID: "C1", File: "storageguard/cached.go", Packages: pkCached, What: "the cached fence raises without waiting for older writes",
-		Original: "\t\tok, err := e.g.Lock(ctx, gen)\n\t\tif err != nil {\n\t\t\treturn err\n\t\t}", Replacement: "\t\tok, err := true, ctx.Err()\n\t\tif err != nil {\n\t\t\treturn err\n\t\t}"},
+		Original: "\t\tok, err := e.g.Lock(ctx, gen)\n\t\tif err != nil {\n\t\t\treturn err\n\t\t}", Replacement: "\t\tok, err, _ := true, ctx.Err(), gen\n\t\tif err != nil {\n\t\t\treturn err\n\t\t}"},
 	{ID: "C2", File: "storageguard/cached.go", Packages: pkCached, What: "the cached fence trusts its cache after a failed Raise",
 		Original: "\t\t\te.loaded = false\n\t\t\treturn err\n", Replacement: "\t\t\treturn err\n"},
 	{ID: "C3", File: "storageguard/cached.go", Packages: pkCached, What: "the cached fence does not persist a raise",
