@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard/internal/gate"
 )
 
 // Store is the durable record under a Cached fence: the highest epoch of
@@ -40,11 +41,16 @@ type Store interface {
 // wraps one, to close the store after Close).
 //
 // There is no global lock on the hot path: each resource has its own entry
-// with a read-write lock. Writes under the resource's current epoch hold the
-// read side and run concurrently, and touch neither the Store nor the disk;
-// a raise takes the write side, so it waits for the writes still running
-// under the older epoch, records the new epoch through Store.Raise, and from
-// then on the older epoch is refused (docs/DESIGN.md I4).
+// with a shared-exclusive lock. Writes under the resource's current epoch
+// hold the shared side and run concurrently, and touch neither the Store
+// nor the disk; a raise takes the exclusive side, so it waits for the
+// writes still running under the older epoch, records the new epoch
+// through Store.Raise, and from then on the older epoch is refused
+// (docs/DESIGN.md I4). Raises queue first come, first served, and writes
+// arriving while one waits queue behind it (a stream of older-epoch writes
+// does not starve it); every wait ends with its context; a second writer
+// of an epoch that another raised while it waited does not wait for that
+// one's write; a call nested in a write joins the write's hold.
 //
 // The cache is the truth between raises: a resource is read from the Store
 // once, when it is first used (or after a failed Raise), and decided in
@@ -73,11 +79,11 @@ func NewCached(s Store) *Cached { return &Cached{store: s} }
 
 // entry is one resource's in-process state.
 type entry struct {
-	// mu: same-epoch writers hold the read side while their write runs; a
-	// raise (or the first load) holds the write side.
-	mu      sync.RWMutex
-	loaded  bool        // guarded by mu: highest was read from the store
-	highest epoch.Epoch // guarded by mu
+	// g: same-epoch writers hold the shared side while their write runs; a
+	// raise (or the first load) holds the exclusive side.
+	g       gate.Gate
+	loaded  bool        // guarded by g: highest was read from the store
+	highest epoch.Epoch // guarded by g: written only under the exclusive side
 }
 
 func (c *Cached) entry(resource string) *entry {
@@ -124,8 +130,10 @@ func (c *Cached) leave() {
 }
 
 // Do implements Fence.Do. A write under the resource's current epoch takes
-// only the read side of its lock. write must not call the fence for the same
-// resource: a raise waiting for write would deadlock with it.
+// only the shared side of its lock. Every wait ends with ctx. write may call
+// the fence for the same resource with the context it was given (or one
+// derived from it): such a call joins write's hold and never waits for it,
+// and one that would have to raise returns ErrNestedRaise.
 func (c *Cached) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
 	if err := ValidateResource(resource); err != nil {
 		return err
@@ -175,6 +183,16 @@ func (c *Cached) Highest(ctx context.Context, resource string) (epoch.Epoch, err
 	return c.store.Load(ctx, resource)
 }
 
+// Waiting returns how many calls wait now to get into resource: for a
+// raise, for the writes under the older epoch; for a write, behind a
+// queued raise or a load. It is for tests and metrics.
+func (c *Cached) Waiting(resource string) int {
+	if e, ok := c.lookup(resource); ok {
+		return e.g.Waiting()
+	}
+	return 0
+}
+
 // Close marks the fence closed: later calls fail with ErrClosed. With a
 // Store it then waits for the calls in progress (their writes included), so
 // that the caller may release the store once Close has returned. It does
@@ -189,7 +207,7 @@ func (c *Cached) Close() error {
 	return nil
 }
 
-// load reads the durable highest into e. Caller holds e.mu for writing.
+// load reads the durable highest into e. Caller holds e.g exclusively.
 func (e *entry) load(ctx context.Context, resource string, s Store) error {
 	if e.loaded {
 		return nil
@@ -205,54 +223,75 @@ func (e *entry) load(ctx context.Context, resource string, s Store) error {
 	return nil
 }
 
-// do is Do on one entry. write may be nil (Admit). The fast path, a write
-// under the current epoch, takes only e.mu's read side. A raise takes the
-// write side, persists the new highest through s, then downgrades (release,
-// re-acquire the read side and decide again: a newer raise in between
-// refuses ep, which is what the rule says).
+// do is Do on one entry. write may be nil (Admit). A write under the
+// current epoch holds only e.g's shared side. A raise takes the exclusive
+// side, persists the new highest through s, then turns it into a shared
+// hold for its write, with no moment between for another raise.
+//
+// Every wait ends with ctx. A call nested in a write on this resource (with
+// the context the write was given) joins that write's hold rather than
+// waiting behind a queued raise, and a nested call that would have to raise
+// is refused with ErrNestedRaise rather than waiting for itself. A raise
+// that finds, once another raise has ended, that it is no longer needed (a
+// second writer of the same new epoch) runs its write beside the first
+// instead of waiting for it.
 func (e *entry) do(ctx context.Context, resource string, ep epoch.Epoch, s Store, write func(context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	for {
-		e.mu.RLock()
-		if e.loaded && ep == e.highest {
-			// The hot path. Decide(r, h, h) accepts without a raise for
-			// any admitted (hence valid) h, so skip re-validating.
-			return e.runLocked(ctx, write)
+		gen, err := e.g.Share(ctx)
+		if err != nil {
+			return err
 		}
 		if e.loaded {
+			if ep == e.highest {
+				// The hot path. Decide(r, h, h) accepts without a raise for
+				// any admitted (hence valid) h, so skip re-validating.
+				return e.g.Run(ctx, write)
+			}
 			d, err := Decide(resource, e.highest, ep)
 			if err != nil {
-				e.mu.RUnlock()
+				e.g.Unshare()
 				return err
 			}
 			if !d.Raise {
-				return e.runLocked(ctx, write)
+				return e.g.Run(ctx, write)
 			}
 		}
-		e.mu.RUnlock()
-
-		if err := e.raise(ctx, resource, ep, s); err != nil {
+		e.g.Unshare()
+		if e.g.Held(ctx) {
+			return nestedRaise(resource, ep)
+		}
+		ok, err := e.g.Lock(ctx, gen)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue // a raise or load ended meanwhile: decide again
+		}
+		if err := e.raiseLocked(ctx, resource, ep, s); err != nil {
+			e.g.Unlock()
 			return err
 		}
 		if write == nil {
 			// Admit: the raise (or the same-epoch check) is all there is.
+			e.g.Unlock()
 			return nil
 		}
+		e.g.Downgrade()
 		if err := ctx.Err(); err != nil {
+			e.g.Unshare()
 			return err
 		}
+		return e.g.Run(ctx, write)
 	}
 }
 
-// raise loads e if needed and, if ep is newer than its highest, records ep
-// through s. A failed Raise leaves e to be loaded again.
-func (e *entry) raise(ctx context.Context, resource string, ep epoch.Epoch, s Store) error {
-	if err := e.lock(ctx); err != nil {
-		return err
-	}
-	defer e.mu.Unlock()
+// raiseLocked loads e if needed and, if ep is newer than its highest,
+// records ep through s; it refuses ep as Decide does. A failed Raise leaves
+// e to be loaded again. Caller holds e.g exclusively.
+func (e *entry) raiseLocked(ctx context.Context, resource string, ep epoch.Epoch, s Store) error {
 	if err := e.load(ctx, resource, s); err != nil {
 		return err
 	}
@@ -270,61 +309,36 @@ func (e *entry) raise(ctx context.Context, resource string, ep epoch.Epoch, s St
 	return nil
 }
 
-// lock takes e.mu for writing, or gives up when ctx ends: the context
-// bounds the wait to get in (a raise waits for the writes still running
-// under the older epoch), never the hold. A raise that gave up leaves a
-// goroutine queued on the lock, which releases it as soon as it gets it:
-// until then it holds back newcomers as the raise did, which is what
-// writer preference asks.
-func (e *entry) lock(ctx context.Context) error {
-	if e.mu.TryLock() {
-		return nil
-	}
-	if ctx.Done() == nil {
-		e.mu.Lock()
-		return nil
-	}
-	got, gaveUp := make(chan struct{}), make(chan struct{})
-	go func() {
-		e.mu.Lock()
-		select {
-		case got <- struct{}{}: // the caller holds it now
-		case <-gaveUp:
-			e.mu.Unlock()
-		}
-	}()
-	select {
-	case <-got:
-		return nil
-	case <-ctx.Done():
-		close(gaveUp)
-		return ctx.Err()
-	}
-}
-
-// runLocked runs write with e.mu read-held and releases it, even if write
-// panics.
-func (e *entry) runLocked(ctx context.Context, write func(context.Context) error) error {
-	defer e.mu.RUnlock()
-	if write == nil {
-		return nil
-	}
-	return write(ctx)
-}
-
 // current returns the highest epoch, loading it first if needed.
 func (e *entry) current(ctx context.Context, resource string, s Store) (epoch.Epoch, error) {
-	e.mu.RLock()
-	if e.loaded {
-		h := e.highest
-		e.mu.RUnlock()
+	for {
+		gen, err := e.g.Share(ctx)
+		if err != nil {
+			return epoch.Epoch{}, err
+		}
+		h, loaded := e.highest, e.loaded
+		e.g.Unshare()
+		if loaded {
+			return h, nil
+		}
+		if e.g.Held(ctx) {
+			// Cannot be: a hold on e means e was loaded. Refuse rather
+			// than wait for ourselves.
+			return epoch.Epoch{}, nestedRaise(resource, epoch.Epoch{})
+		}
+		ok, err := e.g.Lock(ctx, gen)
+		if err != nil {
+			return epoch.Epoch{}, err
+		}
+		if !ok {
+			continue
+		}
+		err = e.load(ctx, resource, s)
+		h = e.highest
+		e.g.Unlock()
+		if err != nil {
+			return epoch.Epoch{}, err
+		}
 		return h, nil
 	}
-	e.mu.RUnlock()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err := e.load(ctx, resource, s); err != nil {
-		return epoch.Epoch{}, err
-	}
-	return e.highest, nil
 }

@@ -58,9 +58,11 @@ func (s *mapStore) Raise(_ context.Context, resource string, ep epoch.Epoch) err
 
 func TestCached(t *testing.T) {
 	var s *mapStore
+	var last *storageguard.Cached // the fence the running subtest opened
 	open := func(t *testing.T) storageguard.Fence {
 		c := storageguard.NewCached(s)
 		t.Cleanup(func() { c.Close() })
+		last = c
 		return c
 	}
 	fencetest.Run(t, fencetest.Kind{
@@ -68,8 +70,10 @@ func TestCached(t *testing.T) {
 			s = newMapStore()
 			return open(t)
 		},
-		Reopen:     open,
-		Goroutines: 16, Ops: 300,
+		Reopen:           open,
+		Waiting:          func(*testing.T) int { return last.Waiting("r") },
+		InProcessWaiting: func(_ *testing.T, r string) int { return last.Waiting(r) },
+		Goroutines:       16, Ops: 300,
 	})
 }
 

@@ -79,9 +79,16 @@
 //     matching [ErrFenceLost], never nil, but cannot undo the write. Tx,
 //     which writes in the same transaction as the check, is the way to make
 //     a write to the same database safe.
-//   - dirfence's raise waiting for in-flight writes does not give up when
-//     its context ends (flock(2) cannot be interrupted).
+//   - dirfence's raise waiting for another process's in-flight writes does
+//     not give up when its context ends (flock(2) cannot be interrupted);
+//     waits for this process's own writes do.
 //
-// A write function must not call the fence for the same resource: a raise
-// waiting for the outer write would deadlock with it.
+// A write function may call the fence for the same resource only with the
+// context it was given (or one derived from it). The in-process fences
+// (Memory, Cached, boltfence, dirfence) then let the call join the write's
+// hold, past a raise waiting for it, and refuse a nested call that would
+// raise with ErrNestedRaise; every wait of theirs ends with its context. A
+// nested call with an unrelated context, or through a fence that holds in
+// a database, may wait for the write that made it: for ever, if nothing
+// bounds its context.
 package storageguard

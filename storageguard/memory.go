@@ -12,10 +12,10 @@ import (
 // live no longer than the process.
 //
 // It is a Cached fence without a Store: there is no global lock on the hot
-// path, writes under a resource's current epoch hold the read side of its
-// lock and run concurrently, and a raise takes the write side, so it waits
-// for the writes still running under the older epoch; from then on the older
-// epoch is refused.
+// path, writes under a resource's current epoch hold the shared side of its
+// lock and run concurrently, and a raise takes the exclusive side, so it
+// waits for the writes still running under the older epoch; from then on
+// the older epoch is refused. Every wait ends with the caller's context.
 type Memory struct{ c Cached }
 
 var _ Fence = (*Memory)(nil)
@@ -23,8 +23,10 @@ var _ Fence = (*Memory)(nil)
 // NewMemory returns an empty in-memory fence.
 func NewMemory() *Memory { return &Memory{} }
 
-// Do implements Fence.Do. write must not call the fence for the same
-// resource: a raise waiting for write would deadlock with it.
+// Do implements Fence.Do. write may call the fence for the same resource
+// with the context it was given (or one derived from it): such a call never
+// waits for write, and one that would have to raise returns ErrNestedRaise
+// (see Cached.Do).
 func (m *Memory) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
 	// Cached.Do without a Store, written out: the hottest path of all,
 	// with no call counted for Close to wait for and no frame in between.
@@ -52,6 +54,10 @@ func (m *Memory) Check(ctx context.Context, resource string, ep epoch.Epoch) err
 func (m *Memory) Highest(ctx context.Context, resource string) (epoch.Epoch, error) {
 	return m.c.Highest(ctx, resource)
 }
+
+// Waiting returns how many calls wait now to get into resource (see
+// Cached.Waiting).
+func (m *Memory) Waiting(resource string) int { return m.c.Waiting(resource) }
 
 // Close implements Fence.Close. Writes already running finish; later calls
 // fail with ErrClosed.

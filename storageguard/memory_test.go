@@ -11,13 +11,17 @@ import (
 )
 
 func TestMemory(t *testing.T) {
+	var last *storageguard.Memory // the fence the running subtest opened
 	fencetest.Run(t, fencetest.Kind{
 		Open: func(t *testing.T) storageguard.Fence {
 			m := storageguard.NewMemory()
 			t.Cleanup(func() { m.Close() })
+			last = m
 			return m
 		},
-		Goroutines: 32, Ops: 2000,
+		Waiting:          func(*testing.T) int { return last.Waiting("r") },
+		InProcessWaiting: func(_ *testing.T, r string) int { return last.Waiting(r) },
+		Goroutines:       32, Ops: 2000,
 	})
 }
 

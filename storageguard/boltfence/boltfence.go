@@ -124,8 +124,9 @@ func (s store) Raise(_ context.Context, resource string, ep epoch.Epoch) error {
 	return nil
 }
 
-// Do implements storageguard.Fence.Do. write must not call the fence for
-// the same resource.
+// Do implements storageguard.Fence.Do (see storageguard.Cached.Do: every
+// wait ends with ctx, and write may call the fence for the same resource
+// with the context it was given).
 func (f *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
 	return f.cache.Do(ctx, resource, ep, write)
 }

@@ -30,13 +30,17 @@ func open(t testing.TB, path string) *boltfence.Fence {
 
 func TestFence(t *testing.T) {
 	var path string
+	var last *boltfence.Fence // the fence the running subtest opened
 	fencetest.Run(t, fencetest.Kind{
 		Open: func(t *testing.T) storageguard.Fence {
 			path = filepath.Join(t.TempDir(), "fence.db")
-			return open(t, path)
+			last = open(t, path)
+			return last
 		},
-		Reopen:     func(t *testing.T) storageguard.Fence { return open(t, path) },
-		Goroutines: 16, Ops: 300,
+		Reopen:           func(t *testing.T) storageguard.Fence { return open(t, path) },
+		Waiting:          func(*testing.T) int { return last.Waiting("r") },
+		InProcessWaiting: func(_ *testing.T, r string) int { return last.Waiting(r) },
+		Goroutines:       16, Ops: 300,
 	})
 }
 

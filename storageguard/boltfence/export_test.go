@@ -10,3 +10,6 @@ func OpenNoSync(path string) (*Fence, error) {
 	f.db.NoSync = true
 	return f, nil
 }
+
+// Waiting returns how many calls wait for resource's in-process lock now.
+func (f *Fence) Waiting(resource string) int { return f.cache.Waiting(resource) }

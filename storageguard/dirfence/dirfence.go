@@ -18,6 +18,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/internal/gate"
 )
 
 // Fence is a durable storageguard.Fence for a directory that several
@@ -260,9 +261,10 @@ type entry struct {
 	name       string // the fence file's name in the directory
 	intentName string // the intent file's name
 	path       string // the fence file's path, for messages
-	// mu: read side for same-epoch writers of this process (and Highest),
-	// write side for reloading and raising.
-	mu sync.RWMutex
+	// g: shared side for same-epoch writers of this process (and Highest),
+	// exclusive side for reloading and raising. Its waits end with the
+	// caller's context; a call nested in a write joins the write's hold.
+	g gate.Gate
 
 	// state is the sticky shared flock: stHeld (this process holds the
 	// shared flock on f and raw is f's content), stDraining (a raiser
@@ -285,7 +287,7 @@ type entry struct {
 	lastUse  time.Time   // the last tick that saw stUsed (or the acquisition)
 	buf      []byte      // scratch for reading f under fmu
 
-	// The fields below change only under mu held for writing.
+	// The fields below change only under g held exclusively.
 	//
 	// f is the fence file as this process last opened it, intent the
 	// intent file (opened once, kept until Close).
@@ -333,8 +335,12 @@ func (d *Fence) enter() error {
 }
 
 // Do implements Fence.Do: the resource's flock is held (shared, or
-// exclusive for a raise and then shared) while write runs. write must not
-// call the fence for the same resource.
+// exclusive for a raise and then shared) while write runs. The waits in
+// this process end with ctx (the wait for another process's flock does
+// not). write may call the fence for the same resource with the context it
+// was given (or one derived from it): such a call joins write's hold and
+// never waits for it, and one that would have to raise returns an error
+// matching storageguard.ErrNestedRaise.
 func (d *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
 	if err := storageguard.ValidateResource(resource); err != nil {
 		return err
@@ -348,12 +354,21 @@ func (d *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write f
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		done, err := d.fast(ctx, e, resource, ep, write)
+		done, gen, err := d.fast(ctx, e, resource, ep, write)
 		if done || err != nil {
 			return err
 		}
 		// Slow path: reload or raise under the exclusive lock.
-		e.mu.Lock()
+		if e.g.Held(ctx) {
+			return fmt.Errorf("dirfence: %w: %q to %s", storageguard.ErrNestedRaise, resource, ep)
+		}
+		locked, err := e.g.Lock(ctx, gen)
+		if err != nil {
+			return err
+		}
+		if !locked {
+			continue // a raise or reload ended meanwhile: decide again
+		}
 		err = d.exclusive(e, func() (bool, error) {
 			dec, err := storageguard.Decide(resource, e.highest, ep)
 			if err != nil || !dec.Raise {
@@ -361,7 +376,7 @@ func (d *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write f
 			}
 			return true, d.raise(e, ep) // unlocks on success
 		})
-		e.mu.Unlock()
+		e.g.Unlock()
 		if err != nil {
 			return err
 		}
@@ -371,30 +386,54 @@ func (d *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write f
 	}
 }
 
-// fast tries the shared path: done is true when ep was decided (write ran
-// or ep was refused).
-func (d *Fence) fast(ctx context.Context, e *entry, resource string, ep epoch.Epoch, write func(ctx context.Context) error) (done bool, err error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	ok, err := d.acquire(e)
-	if err != nil || !ok {
-		return err != nil, err
+// share takes e's shared side and joins the shared flock: with no wait at
+// all when ctx is that of a write of this process on e (its hold lasts, so
+// this process holds the flock). It reports false (holding nothing) when
+// the caller must reload under the exclusive path. A caller that got true
+// must leave and Unshare. gen is e.g's generation as of the shared hold,
+// for Lock.
+func (d *Fence) share(ctx context.Context, e *entry) (ok bool, gen uint32, err error) {
+	gen, err = e.g.Share(ctx)
+	if err != nil {
+		return false, 0, err
 	}
+	if e.g.Held(ctx) && e.joinNested() {
+		return true, gen, nil
+	}
+	ok, err = d.acquire(e)
+	if err != nil || !ok {
+		e.g.Unshare()
+	}
+	return ok, gen, err
+}
+
+// fast tries the shared path: done is true when ep was decided (write ran
+// or ep was refused). When it is false, gen is e.g's generation as seen
+// under the shared hold, for Lock.
+func (d *Fence) fast(ctx context.Context, e *entry, resource string, ep epoch.Epoch, write func(ctx context.Context) error) (done bool, gen uint32, err error) {
+	ok, gen, err := d.share(ctx, e)
+	if err != nil {
+		return true, 0, err
+	}
+	if !ok {
+		return false, gen, nil
+	}
+	defer e.g.Unshare()
 	defer e.leave()
 	dec, err := storageguard.Decide(resource, e.highest, ep)
 	if err != nil {
-		return true, err
+		return true, 0, err
 	}
 	if dec.Raise {
-		return false, nil
+		return false, gen, nil
 	}
 	if write == nil {
-		return true, nil
+		return true, 0, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return true, err
+		return true, 0, err
 	}
-	return true, write(ctx)
+	return true, 0, e.g.With(ctx, write)
 }
 
 // Admit implements Fence.Admit.
@@ -434,22 +473,28 @@ func (d *Fence) Highest(ctx context.Context, resource string) (epoch.Epoch, erro
 		return d.readFenceFile(fileName(resource))
 	}
 	for {
-		v.mu.RLock()
-		ok, err := d.acquire(v)
-		h := v.highest
-		if ok {
-			v.leave()
-		}
-		v.mu.RUnlock()
+		ok, gen, err := d.share(ctx, v)
 		if err != nil {
 			return epoch.Epoch{}, err
 		}
 		if ok {
+			h := v.highest
+			v.leave()
+			v.g.Unshare()
 			return h, nil
 		}
-		v.mu.Lock()
+		if v.g.Held(ctx) {
+			return epoch.Epoch{}, fmt.Errorf("dirfence: %w: reload of %q", storageguard.ErrNestedRaise, resource)
+		}
+		locked, err := v.g.Lock(ctx, gen)
+		if err != nil {
+			return epoch.Epoch{}, err
+		}
+		if !locked {
+			continue
+		}
 		err = d.exclusive(v, nil)
-		v.mu.Unlock()
+		v.g.Unlock()
 		if err != nil {
 			return epoch.Epoch{}, err
 		}

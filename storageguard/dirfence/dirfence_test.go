@@ -42,16 +42,22 @@ func fenceFile(t *testing.T, dir string) string {
 
 func TestFence(t *testing.T) {
 	var dir string
+	var last *dirfence.Fence // the fence the running subtest opened
 	fencetest.Run(t, fencetest.Kind{
 		Open: func(t *testing.T) storageguard.Fence {
 			dir = t.TempDir()
-			return open(t, dir)
+			last = open(t, dir)
+			return last
 		},
 		Reopen:     func(t *testing.T) storageguard.Fence { return open(t, dir) },
 		Goroutines: 16, Ops: 300,
-		// A raise waits in flock(2) and on the process's own lock, neither
-		// of which a context interrupts (doc.go says so).
+		// A raise waiting for another process's writes waits in flock(2),
+		// which a context does not interrupt (doc.go says so); waits for
+		// this process's writes end with the context, which
+		// InProcessWaiting's tests check.
 		WaitIgnoresContext: true,
+		Waiting:            func(*testing.T) int { return last.Waiting("r") },
+		InProcessWaiting:   func(_ *testing.T, r string) int { return last.Waiting(r) },
 	})
 }
 

@@ -56,3 +56,13 @@ func OpenDying(dir, at string) (*Fence, error) {
 	}
 	return d, nil
 }
+
+// Waiting returns how many calls of this process wait for resource's
+// in-process lock now.
+func (d *Fence) Waiting(resource string) int {
+	v, ok := d.entries.Load(resource)
+	if !ok {
+		return 0
+	}
+	return v.(*entry).g.Waiting()
+}

@@ -116,7 +116,7 @@ func decodeFence(b []byte) (h epoch.Epoch, seq uint64, slot int, err error) {
 	return h, seq, slot, nil
 }
 
-// raise durably records ep as the highest. Caller holds e.mu for writing
+// raise durably records ep as the highest. Caller holds e.g exclusively
 // and the exclusive flock on e.f, which is loaded. On return this process
 // holds no flock.
 func (d *Fence) raise(e *entry, ep epoch.Epoch) error {
@@ -162,8 +162,8 @@ func (d *Fence) raise(e *entry, ep epoch.Epoch) error {
 // it: so, still holding the exclusive flock, it writes back the slot's
 // previous bytes (what e.raw holds: an older record, or nothing), syncs
 // them as best it can, and closes the descriptor; the next caller opens the
-// file again and reads the previous, durable highest. Caller holds e.mu for
-// writing and the exclusive flock on e.f; on return e.f is closed, which
+// file again and reads the previous, durable highest. Caller holds e.g
+// exclusively and the exclusive flock on e.f; on return e.f is closed, which
 // releases the flock.
 func (d *Fence) unraise(e *entry, target int) {
 	prev := make([]byte, slotSize)

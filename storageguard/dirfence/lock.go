@@ -26,6 +26,23 @@ func flock(f *os.File, how int) error {
 // now is the monotonic clock of probeAt.
 func (d *Fence) now() int64 { return int64(time.Since(d.t0)) }
 
+// joinNested enters the sticky shared lock for a call nested in a write of
+// this process that is inside it, even while a raiser waits: the write
+// outside holds the lock anyway, and waiting for it would be waiting for
+// itself. It reports false if the lock is not held (the write outside has
+// left it), and the caller then acquires as usual.
+func (e *entry) joinNested() bool {
+	for {
+		s := e.state.Load()
+		if s&stHeld == 0 || s>>stCountShift == 0 {
+			return false
+		}
+		if e.state.CompareAndSwap(s, (s+stOne)|stUsed) {
+			return true
+		}
+	}
+}
+
 // tryJoin enters the sticky shared lock if this process holds it and no
 // raiser is waiting: no system call. A joined caller must leave.
 func (e *entry) tryJoin() bool {
@@ -91,7 +108,7 @@ func (e *entry) releaseLocked() {
 // see whether another process raised. It reports false (holding nothing)
 // when the cached file is gone, replaced or changed, so the caller must
 // reload under the exclusive path. A caller that joined must leave. The
-// caller holds e.mu for reading.
+// caller holds e.g's shared side.
 func (d *Fence) acquire(e *entry) (bool, error) {
 	if e.tryJoin() {
 		// Busy holders probe from their writers (a timer may run late on
@@ -196,10 +213,10 @@ func (d *Fence) tickEntry(e *entry) {
 // exclusive runs fn under the resource's exclusive locks: the intent file
 // (so that holders of the shared lock yield and newcomers queue), then the
 // fence file, loaded. fn reports whether it raised (raise releases the
-// fence file's lock itself). Caller holds e.mu for writing.
+// fence file's lock itself). Caller holds e.g exclusively.
 func (d *Fence) exclusive(e *entry, fn func() (raised bool, err error)) error {
 	// Give up this process's hold on the shared flock before taking the
-	// exclusive one; e.mu held for writing means no writer is inside.
+	// exclusive one; e.g held exclusively means no writer is inside.
 	e.fmu.Lock()
 	e.releaseLocked()
 	e.fmu.Unlock()
@@ -228,8 +245,8 @@ func (d *Fence) exclusive(e *entry, fn func() (raised bool, err error)) error {
 }
 
 // lockExclusive opens the fence file (creating an empty one if there is
-// none), takes its exclusive flock and loads it. Caller holds e.mu for
-// writing, so no writer of this process holds the shared flock.
+// none), takes its exclusive flock and loads it. Caller holds e.g
+// exclusively, so no writer of this process holds the shared flock.
 func (d *Fence) lockExclusive(e *entry) error {
 	for {
 		if e.f == nil {

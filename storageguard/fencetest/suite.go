@@ -41,6 +41,15 @@ type Kind struct {
 	// epoch without an exclusive lock every time, not by chance. Nil: the
 	// test runs without ordering them.
 	Waiting func(t *testing.T) int
+	// InProcessWaiting, if set, says that the fence holds its resources
+	// with locks in this process (Memory, Cached, boltfence, dirfence) and
+	// returns how many of its calls wait for resource's lock now. Run then
+	// also checks, with each wait seen before the next step, that a
+	// same-epoch write waiting behind a raise gives up with its context,
+	// that a call nested in a write on the same resource never waits for
+	// that write, and that two writers of one new epoch both run their
+	// writes at once after one raise.
+	InProcessWaiting func(t *testing.T, resource string) int
 	// Goroutines and Ops scale the random concurrent test to the fence's
 	// speed: Goroutines goroutines make Ops calls each (testing.Short:
 	// a quarter). Zero: 16 and 300.
@@ -73,6 +82,9 @@ func Run(t *testing.T, k Kind) {
 	}
 	t.Run("RaiseWaitsForOlderWrites", func(t *testing.T) { testRaiseWaits(t, k.Open(t)) })
 	t.Run("RaisesInOrder", func(t *testing.T) { testRaisesInOrder(t, k.Open(t), k.Waiting) })
+	if k.InProcessWaiting != nil {
+		runInProcess(t, k)
+	}
 	t.Run("ConcurrentRandomEpochs", func(t *testing.T) {
 		g, n := k.Goroutines, k.Ops
 		if g == 0 {

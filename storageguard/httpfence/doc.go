@@ -25,17 +25,36 @@
 //     hold early: the fence holds for as long as the backend (or the
 //     handler) works on the request, whatever the fence (sqlfence included:
 //     its transaction outlives the request's cancelled context).
-//   - The proxy holds a request's epoch until the backend is provably done
-//     with it: if any byte of the request (its header included) may have
-//     reached the backend, the hold lasts until the backend has answered
-//     in full (its response read to the end; an upgraded connection closed
-//     by the backend) or, when it cannot answer any more (the client went
+//   - The hold: no byte of a request under an epoch reaches the backend,
+//     and a backend that keeps the contract below no longer acts on it,
+//     once a newer epoch was admitted for its resource. If any byte of the
+//     request (its header included) may have reached the backend, the hold
+//     lasts until the backend has answered in full (its response read to
+//     the end; an upgraded connection closed by the backend after the
+//     client's end was passed on to it). When it did not (the client went
 //     away mid-body — HTTP/1.1 close or HTTP/2 stream reset —, the
-//     backend connection broke, the response was cut off), until Timeout
-//     from admission has passed. Such a request is counted
+//     backend connection broke, the response was cut off, the timeout cut
+//     the exchange off, the backend half-closed an upgraded connection),
+//     the proxy cuts the backend connection with a reset, so that nothing
+//     more of the request can reach the backend, and holds the epoch for
+//     ProxyConfig.BackendTimeout from the cut. Such a request is counted
 //     (ProxyStats.Held) and logged; its client gets its 502 at once (with
 //     Connection: close over HTTP/1.1). Only a request that failed to
-//     dial is released at once.
+//     dial is released at once. A newer epoch waits behind an older
+//     request for at most Timeout + BackendTimeout + 100 ms.
+//   - A restarted proxy (its fence's high-water mark is durable, the
+//     holds of the process before it were not) reads each resource's
+//     highest epoch before it admits anything for it; requests under that
+//     epoch are forwarded at once, a newer epoch's only once
+//     Timeout + BackendTimeout + 100 ms from the proxy's start has passed
+//     (the longest hold the previous process could have had; the same
+//     timeouts are assumed).
+//   - Paths have one spelling: before a request is mapped to its resource
+//     (ProxyConfig.Resource) and forwarded, empty and "." segments and a
+//     trailing "/" are dropped and ".." resolved, and the backend gets the
+//     canonical path; a path with no canonical form (an encoded '/', '\'
+//     or '.', a '%' or '\' left after decoding, ".." above the root) is
+//     refused with 400 before the fence is asked.
 //   - Middleware gives the handler a context that a gone client does not
 //     cancel, so that storage calls made with it are not abandoned
 //     half-way; the hold lasts until the handler returns.
@@ -46,9 +65,8 @@
 //     never ended.
 //   - The proxy's Timeout bounds the whole request from admission on,
 //     slow clients included: deadlines on the client's connection cut off a
-//     client that trickles its body or does not read the response, so an
-//     older epoch's client delays a newer epoch by at most about the
-//     timeout (plus 100 ms to write a 504). Each cut-off is logged and
+//     client that trickles its body or does not read the response (a
+//     request cut off so is then held as above, for BackendTimeout). Each cut-off is logged and
 //     counted (ProxyStats). The deadlines are set through
 //     http.ResponseController: a middleware in front of the proxy that
 //     wraps the ResponseWriter must give its wrapper an
@@ -71,21 +89,23 @@
 //   - With epoch.Plain as the Guard's Verifier nothing is authenticated:
 //     anyone who can reach the proxy can present any epoch. (A Guard with
 //     no Verifier at all refuses every token: 401, ErrNoVerifier.)
-//   - Fencing refuses; it does not undo. A backend that keeps working on a
-//     request after the proxy cut it off at the timeout may still apply it,
-//     possibly after a newer epoch was admitted: set the timeout above the
-//     backend's own.
+//   - Fencing refuses; it does not undo. A backend outside the contract
+//     below is not covered: one that answers before it acts (202 Accepted,
+//     then applies the write) is taken as done when its answer is
+//     complete, and one that works on a request for longer than
+//     BackendTimeout after it read it may apply it after a newer epoch was
+//     admitted.
+//   - A client that went away mid-request, or a backend that broke a
+//     connection, holds the epoch for up to BackendTimeout after the cut.
+//     Over HTTP/2 the client of a request so held sees its stream end
+//     only when the hold does; over HTTP/1.1 a response the backend cut
+//     off mid-body is aborted then too.
 //   - Middleware has no timeout of its own: a handler that does not return
 //     holds its epoch; bound its running time. A handler that returns
 //     while its own storage may still act on a request it abandoned
 //     half-way (for instance its client's body was cut off while it was
 //     forwarded) ends the hold too early: it must wait out the storage's
 //     timeout itself, as the proxy does.
-//   - A client that went away mid-request, or a backend that broke a
-//     connection, holds the epoch for up to Timeout: a newer epoch waits
-//     that long. Over HTTP/2 the client of a request so held sees its
-//     stream end only when the hold does; over HTTP/1.1 a response the
-//     backend cut off mid-body is aborted then too.
 //   - A stale or conflicting epoch's refusal (an authentic token) names the
 //     resource and both epochs.
 //   - Reads are fenced only if they carry a token (ProxyConfig.UnfencedReads
@@ -97,4 +117,22 @@
 //     holds the lock (see storageguard/sqlfence): a session lost while the
 //     request was served is logged (storageguard.ErrFenceLost; the response
 //     was already sent), not prevented.
+//
+// # The backend contract
+//
+// What the proxy's hold assumes of the backend, in one place:
+//
+//  1. Its own timeout: it acts on a request at most
+//     ProxyConfig.BackendTimeout after it read the request's last byte
+//     from its connection, and never after it gave up on it.
+//  2. Done when its response is complete: once the proxy has read the
+//     response to its end, the backend no longer acts on the request.
+//  3. An upgraded connection: done once the backend closed its side after
+//     the client's end was passed on to it (it closed both directions). A
+//     backend that closes its side while the client's is open may still
+//     read and act, and is held as one that did not answer.
+//
+// A backend that answers before it acts, or that queues a request and
+// counts its timeout from when it takes it off the queue, is outside the
+// contract, and the hold does not protect it.
 package httpfence

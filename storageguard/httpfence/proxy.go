@@ -51,19 +51,28 @@ type ProxyConfig struct {
 	// deadlines on the client's connection cut off a client that is still
 	// sending its body or (100 ms later, time to write a 504) not reading
 	// the response (504 if no response header was sent yet, else the
-	// response is cut off); the request's hold on its epoch is then
-	// released, so a newer
-	// epoch waiting for it proceeds. A cut-off request is logged (ErrorLog)
-	// and counted (Stats). A client that goes away does not cancel the
-	// backend request: the proxy waits for the backend's answer (or the
-	// timeout), so that a newer epoch is not forwarded while the backend may
-	// still be working on the older request; if the exchange fails after
-	// some of the request may have reached the backend (the client went
-	// away mid-body, the backend connection broke), nothing says the
-	// backend is done, and the hold lasts until the timeout (ProxyStats
-	// counts these as Held). Zero: DefaultProxyTimeout.
+	// response is cut off). A cut-off request is logged (ErrorLog) and
+	// counted (Stats); unless the backend had answered in full, its backend
+	// connection is then cut and the request held for BackendTimeout
+	// before a newer epoch waiting for it proceeds. A client that goes
+	// away does not cancel the backend request: the proxy waits for the
+	// backend's answer (or the timeout), so that a newer epoch is not
+	// forwarded while the backend may still be working on the older
+	// request; if the exchange fails after some of the request may have
+	// reached the backend (the client went away mid-body, the backend
+	// connection broke), nothing says the backend is done, and the request
+	// is held the same way (ProxyStats counts these as Held). Zero:
+	// DefaultProxyTimeout.
 	// Negative is invalid.
 	Timeout time.Duration
+	// BackendTimeout is the backend's own timeout as the backend contract
+	// (see the package doc, "The backend contract") states it: the longest
+	// the backend may still act on a request after the last byte of it
+	// reached the backend. A request the backend did not answer in full is
+	// held, after the proxy cut its backend connection, for this long: no
+	// newer epoch is forwarded for its resource before. Zero: Timeout.
+	// Negative is invalid.
+	BackendTimeout time.Duration
 	// Stats, if set, counts the requests the proxy cut off at Timeout.
 	Stats *ProxyStats
 	// ForwardToken sends the client's Fencing-Token header on to the backend.
@@ -119,6 +128,9 @@ func (c ProxyConfig) Validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("%w: negative proxy timeout %v", storageguard.ErrBadConfig, c.Timeout)
 	}
+	if c.BackendTimeout < 0 {
+		return fmt.Errorf("%w: negative backend timeout %v", storageguard.ErrBadConfig, c.BackendTimeout)
+	}
 	return nil
 }
 
@@ -126,8 +138,10 @@ func (c ProxyConfig) Validate() error {
 type proxy struct {
 	rp      *httputil.ReverseProxy
 	timeout time.Duration
-	stats   *ProxyStats // nil: not counted
-	log     *log.Logger // nil: the log package's standard logger
+	// backendTimeout is ProxyConfig.BackendTimeout (Timeout if zero).
+	backendTimeout time.Duration
+	stats          *ProxyStats // nil: not counted
+	log            *log.Logger // nil: the log package's standard logger
 	// unbounded is done once the proxy has logged that it could not set
 	// a client connection's deadlines.
 	unbounded sync.Once
@@ -140,11 +154,13 @@ type ProxyStats struct {
 	held     atomic.Uint64
 }
 
-// Held returns how many requests the proxy held until ProxyConfig.Timeout
-// (after they ended, and not counted in TimedOut) because the backend may
-// still have been acting on them: some of the
-// request may have reached the backend and it did not answer in full (the
-// client went away mid-request, the backend connection broke).
+// Held returns how many requests the proxy held, after they ended and
+// their backend connection was cut, for ProxyConfig.BackendTimeout because
+// the backend may still have been acting on them: some of the request may
+// have reached the backend and it did not answer in full (the client went
+// away mid-request, the backend connection broke, the timeout cut the
+// exchange off: those are counted in TimedOut too; or, upgraded, the
+// backend closed its side while the client's was still open).
 func (s *ProxyStats) Held() uint64 { return s.held.Load() }
 
 // TimedOut returns how many requests were cut off at ProxyConfig.Timeout:
@@ -173,10 +189,13 @@ func (s *ProxyStats) TimedOut() uint64 { return s.timedOut.Load() }
 // 502, one that does not answer within the timeout 504; if it fails after
 // the response header was sent, the client connection is aborted. A
 // protocol upgrade (WebSocket) is forwarded like any request and holds its
-// epoch for as long as the upgraded connection is open: until the backend
-// has closed it and the client too; if the client closes it first, until
-// the timeout. The timeout bounds the upgraded connection as a whole: it is
-// cut off then, whichever side keeps it open.
+// epoch for as long as the upgraded connection is open, and for
+// BackendTimeout after it unless the backend closed its side after the
+// client's end was passed on to it (see "The backend contract" in the
+// package doc). The timeout bounds the upgraded connection as a whole: it
+// is cut off then, whichever side keeps it open. After a restart a newer
+// epoch waits as the package doc says; request paths are made canonical
+// first.
 //
 // NewProxy never panics: a Guard that cannot work (g.Err), a nil or
 // relative target or an invalid cfg gives a handler that answers every
@@ -202,10 +221,15 @@ func NewProxy(g *storageguard.Guard, target *url.URL, cfg ProxyConfig) http.Hand
 		}
 		h.resource = func(*http.Request) string { return name }
 	}
-	p := &proxy{timeout: cfg.Timeout, stats: cfg.Stats, log: cfg.ErrorLog}
+	p := &proxy{timeout: cfg.Timeout, backendTimeout: cfg.BackendTimeout, stats: cfg.Stats, log: cfg.ErrorLog}
 	if p.timeout == 0 {
 		p.timeout = DefaultProxyTimeout
 	}
+	if p.backendTimeout == 0 {
+		p.backendTimeout = p.timeout
+	}
+	h.startup = newStartup(g, p.maxHold())
+	h.canonical = canonicalPath
 	tr := cfg.Transport
 	if tr == nil {
 		tr = newTransport(target)
@@ -324,12 +348,26 @@ type upgradedBackend struct {
 	ex *exchange
 }
 
+// Read reads from the backend. Its end (io.EOF) tells that the backend is
+// done only if the client's direction had ended before (CloseWrite): a
+// backend that closed its sending side first may still read and act on
+// what the client sends, until both directions ended.
 func (u *upgradedBackend) Read(p []byte) (int, error) {
 	n, err := u.ReadWriteCloser.Read(p)
-	if err == io.EOF {
+	if err == io.EOF && u.ex.clientEnded.Load() {
 		u.ex.answered.Store(true)
 	}
 	return n, err
+}
+
+// CloseWrite passes the end of the client's direction on to the backend
+// (the reverse proxy calls it when the client's side reached EOF).
+func (u *upgradedBackend) CloseWrite() error {
+	u.ex.clientEnded.Store(true)
+	if cw, ok := u.ex.backendConn().(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 // exchange is what the proxy learns of one request's exchange with the
@@ -340,8 +378,16 @@ type exchange struct {
 	// request may have reached it.
 	sent atomic.Bool
 	// answered: the backend's response was read to its end (or, upgraded,
-	// the backend closed the connection).
+	// the backend closed the connection after the client's direction
+	// ended).
 	answered atomic.Bool
+	// clientEnded: upgraded, the client's direction to the backend ended.
+	clientEnded atomic.Bool
+	// connMu guards conn, the backend connection of the last attempt
+	// (httptrace.GotConnInfo), which the proxy cuts when the backend may
+	// still act on the request.
+	connMu sync.Mutex
+	conn   net.Conn
 	// failed is the error of an exchange that got no response (nil: it got
 	// one, or it failed before a connection was obtained, with a dial
 	// error).
@@ -374,6 +420,27 @@ func (b *boundedHijack) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, fmt.Errorf("httpfence: bounding the upgraded connection: %w", err)
 	}
 	return conn, brw, nil
+}
+
+// gotConn records the backend connection the request goes over and makes
+// its close a reset (SO_LINGER 0): whatever of the request is still
+// unsent, or unread by the backend, is discarded when the connection is
+// closed, so the backend cannot read a byte of the request after the proxy
+// cut it off.
+func (ex *exchange) gotConn(info httptrace.GotConnInfo) {
+	ex.sent.Store(true)
+	if tc, ok := info.Conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	ex.connMu.Lock()
+	ex.conn = info.Conn
+	ex.connMu.Unlock()
+}
+
+func (ex *exchange) backendConn() net.Conn {
+	ex.connMu.Lock()
+	defer ex.connMu.Unlock()
+	return ex.conn
 }
 
 // exchangeKey is the context key of a request's *exchange.
@@ -473,21 +540,25 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	ex := &exchange{client: boundedHijack{ResponseWriter: w, deadline: deadline}}
 	ctx = context.WithValue(ctx, exchangeKey{}, ex)
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { ex.sent.Store(true) },
-	})
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: ex.gotConn})
 	defer func() {
 		// Also when the copy to the client failed and the reverse proxy
 		// aborts the handler (panic(http.ErrAbortHandler)).
-		switch {
-		case !time.Now().Before(deadline):
+		if !time.Now().Before(deadline) {
 			p.cut(ctx, r, time.Since(start))
-		case ex.mayAct():
-			// The client went away mid-request, or the backend connection
-			// broke, while the backend may have (part of) the request
-			// and may still act on it: the connection to it is closed,
-			// so only the timeout says it is done. Hold until then.
-			p.hold(ctx, r, ex, deadline)
+		}
+		if ex.mayAct() {
+			// The client went away mid-request, the backend connection
+			// broke or the timeout cut the exchange off, while the
+			// backend may have (part of) the request and may still act
+			// on it. Cut its connection (a reset: no byte of the request
+			// can reach the backend from now on), then hold for the
+			// backend's own timeout, which the contract counts from the
+			// last byte it got.
+			if c := ex.backendConn(); c != nil {
+				_ = c.Close()
+			}
+			p.hold(ctx, r, ex, time.Now().Add(p.backendTimeout))
 		}
 	}()
 	out := r.WithContext(ctx)
@@ -515,9 +586,9 @@ func (b errorDropsBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// hold keeps the request's hold on its epoch until deadline: the backend
-// may still act on a request it did not answer in full.
-func (p *proxy) hold(ctx context.Context, r *http.Request, ex *exchange, deadline time.Time) {
+// hold keeps the request's hold on its epoch until until: the backend may
+// still act on a request it did not answer in full.
+func (p *proxy) hold(ctx context.Context, r *http.Request, ex *exchange, until time.Time) {
 	if p.stats != nil {
 		p.stats.held.Add(1)
 	}
@@ -529,8 +600,8 @@ func (p *proxy) hold(ctx context.Context, r *http.Request, ex *exchange, deadlin
 	if ex.failed != nil {
 		why = ex.failed.Error()
 	}
-	p.logf("httpfence: %s %s for %s from %s ended before the backend answered (%s): holding it until the proxy timeout %v, since the backend may still act on it", r.Method, r.URL.Path, what, r.RemoteAddr, why, p.timeout)
-	if d := time.Until(deadline); d > 0 {
+	p.logf("httpfence: %s %s for %s from %s ended before the backend answered (%s): its backend connection is cut and the request held for the backend timeout %v, since the backend may still act on it", r.Method, r.URL.Path, what, r.RemoteAddr, why, p.backendTimeout)
+	if d := time.Until(until); d > 0 {
 		t := time.NewTimer(d)
 		<-t.C
 	}

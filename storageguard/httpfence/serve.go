@@ -31,6 +31,12 @@ type fenced struct {
 	// all is served without the fence (by serve, with r's own context, and
 	// no admission in it) instead of being refused.
 	unfenced func(r *http.Request) bool
+	// canonical, if set, gives a request's path one spelling before it is
+	// mapped to a resource and served, or refuses it (the proxy's).
+	canonical func(*http.Request) (*http.Request, error)
+	// startup, if set, holds back newer epochs after a restart (the
+	// proxy's, see startup).
+	startup *startup
 	// errorLog receives what cannot be told to the client: a fence lost
 	// while the request was served (its response was already sent). Nil:
 	// the log package's standard logger.
@@ -54,18 +60,30 @@ func (h *fenced) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		drainBody(r)
 		return
 	}
-	resource := h.resource(r)
-	if err == nil {
-		err = storageguard.ValidateResource(resource)
+	if err == nil && h.canonical != nil {
+		var c *http.Request
+		if c, err = h.canonical(r); err == nil {
+			r = c
+		}
 	}
 	if err != nil {
+		refuse(w, "", err)
+		return
+	}
+	resource := h.resource(r)
+	if err := storageguard.ValidateResource(resource); err != nil {
 		refuse(w, validResource(resource), err)
 		return
 	}
+	first := h.startup.sight(r.Context(), resource)
 	var ran bool
 	var panicked any
 	err = h.guard.Do(r.Context(), resource, token, func(ctx context.Context, ep epoch.Epoch) error {
 		ran = true
+		if err := h.startup.wait(ctx, first, ep); err != nil {
+			// Nothing was forwarded; the client is gone.
+			return nil
+		}
 		if panicked = serveRecovered(withAdmission(ctx, ep, resource), h.serve, w, r); panicked != nil {
 			return errPanicked
 		}

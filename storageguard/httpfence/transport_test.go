@@ -601,18 +601,23 @@ func TestProxyTransportUnsolicitedBytes(t *testing.T) {
 // TestProxyTransportUpgrade: a protocol upgrade goes through the fallback
 // transport and the upgraded connection carries data both ways. The epoch
 // is held for as long as the upgraded connection (a WebSocket, say) lasts,
-// and no longer than the proxy's timeout, however it ends:
-//   - the backend closes, then the client: the backend is done, and the
-//     epoch is released at once;
-//   - the client closes first: the backend may still act on what it got,
-//     and the epoch is held until the timeout (ProxyStats.Held);
+// and no longer than the proxy's timeout plus the backend's, however it
+// ends:
+//   - the backend closes, then the client: the backend's end came while
+//     the client's direction was still open, and the proxy cannot tell a
+//     close from a half-close (a backend that still reads and acts on what
+//     the client sends): once both directions ended, the epoch is held for
+//     the backend's timeout (ProxyStats.Held);
+//   - the client closes first: the proxy passes the end on (CloseWrite),
+//     the backend closes after it got everything, and is done: the epoch
+//     is released at once;
 //   - the backend closes and the client keeps its side open: the timeout
-//     cuts the connection off (ProxyStats.TimedOut). The reverse proxy
-//     waits for both directions to end, and net/http clears a hijacked
-//     connection's deadlines, so without the proxy's own deadlines this
-//     held the epoch for ever;
+//     cuts the connection off (ProxyStats.TimedOut), then it is held as in
+//     the first case. The reverse proxy waits for both directions to end,
+//     and net/http clears a hijacked connection's deadlines, so without
+//     the proxy's own deadlines this held the epoch for ever;
 //   - neither closes (a stalled peer, a backend that echoes on): the timeout
-//     cuts it off, and the client's connection is closed.
+//     cuts it off, the client's connection is closed, and it is held.
 //
 // Each time a newer epoch, waiting for the older one, reaches the backend
 // only after the older connection was counted as released, held or cut.
@@ -623,10 +628,10 @@ func TestProxyTransportUpgrade(t *testing.T) {
 		clientCloses  bool // the client closes after the echo (and, if the backend closed, after its EOF)
 		held, cut     uint64
 	}{
-		{"backend closes first", true, true, 0, 0},
-		{"client closes first", false, true, 1, 0},
-		{"client keeps its side open", true, false, 0, 1},
-		{"neither closes", false, false, 0, 1},
+		{"backend closes first", true, true, 1, 0},
+		{"client closes first", false, true, 0, 0},
+		{"client keeps its side open", true, false, 1, 1},
+		{"neither closes", false, false, 1, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			const timeout = 300 * time.Millisecond

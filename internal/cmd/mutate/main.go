@@ -129,6 +129,7 @@ var mutantSets = []struct {
 	{"round", roundMutants},
 	{"liveness", livenessMutants},
 	{"redis", redisMutants},
+	{"fences", fencesMutants},
 }
 
 // mutantSet returns the mutants of a -set name.

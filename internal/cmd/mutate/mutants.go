@@ -137,13 +137,13 @@ var mutants = []mutant{
 	{ID: "R4", File: "storageguard/rule.go", Packages: pkCore, What: "resource names may be one byte longer",
 		Original: "\tif len(resource) > MaxResourceLen {\n", Replacement: "\tif len(resource) > MaxResourceLen+1 {\n"},
 	{ID: "C1", File: "storageguard/cached.go", Packages: pkCached, What: "the cached fence raises without waiting for older writes",
-		Original: "\tif err := e.lock(ctx); err != nil {\n\t\treturn err\n\t}\n\tdefer e.mu.Unlock()\n", Replacement: "\tif err := ctx.Err(); err != nil {\n\t\treturn err\n\t}\n"},
+		Original: "\t\tok, err := e.g.Lock(ctx, gen)\n\t\tif err != nil {\n\t\t\treturn err\n\t\t}", Replacement: "\t\tok, err, _ := true, ctx.Err(), gen\n\t\tif err != nil {\n\t\t\treturn err\n\t\t}"},
 	{ID: "C2", File: "storageguard/cached.go", Packages: pkCached, What: "the cached fence trusts its cache after a failed Raise",
 		Original: "\t\t\te.loaded = false\n\t\t\treturn err\n", Replacement: "\t\t\treturn err\n"},
 	{ID: "C3", File: "storageguard/cached.go", Packages: pkCached, What: "the cached fence does not persist a raise",
 		Original: "\t\tif err := s.Raise(ctx, resource, ep); err != nil {\n", Replacement: "\t\tif err := error(nil); err != nil {\n"},
 	{ID: "C4", File: "storageguard/cached.go", Packages: pkCached, What: "the hot path runs a write for a refused epoch",
-		Original: "\t\t\tif err != nil {\n\t\t\t\te.mu.RUnlock()\n\t\t\t\treturn err\n\t\t\t}\n\t\t\tif !d.Raise {", Replacement: "\t\t\tif err != nil || !d.Raise {"},
+		Original: "\t\t\tif err != nil {\n\t\t\t\te.g.Unshare()\n\t\t\t\treturn err\n\t\t\t}\n\t\t\tif !d.Raise {", Replacement: "\t\t\tif err != nil || !d.Raise {"},
 
 	// pgfence and sqlfence.
 	{ID: "P2", File: "storageguard/pgfence/pgfence.go", Packages: pkPg, What: "pgfence's same-epoch transactions take no lock",

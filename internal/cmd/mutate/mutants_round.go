@@ -92,8 +92,8 @@ var roundMutants = []mutant{
 	// The proxy's hold (httpfence).
 	{ID: "HP-hold", File: "storageguard/httpfence/proxy.go", Packages: pkHTTP,
 		What:        "the proxy releases the epoch at once when the backend may still act",
-		Original:    "\tif d := time.Until(deadline); d > 0 {\n\t\tt := time.NewTimer(d)\n\t\t<-t.C\n\t}\n",
-		Replacement: "\t_ = deadline\n"},
+		Original:    "\tif d := time.Until(until); d > 0 {\n\t\tt := time.NewTimer(d)\n\t\t<-t.C\n\t}\n",
+		Replacement: "\t_ = until\n"},
 	{ID: "HP-cancel", File: "storageguard/httpfence/proxy.go", Packages: pkHTTP,
 		What:        "the backend request is cancelled when the client goes away",
 		Original:    "ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)",
