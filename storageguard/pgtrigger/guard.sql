@@ -6,6 +6,11 @@
 --   @maxterm@  the highest valid term (epoch.MaxTerm)
 --   @maxtoken@ the longest token in bytes (epoch.MaxTokenLen)
 --   @maxname@  the longest name in bytes (epoch.MaxNameLen)
+--   @lockshared@, @lockexclusive@ the advisory lock of fence row f, shared
+--              or exclusive, taken in the select list of the statement
+--              that locks the row (pgproto: a raise's turn)
+--   @durable@  synchronous_commit on for the rest of the transaction
+--              (pgproto.Durable: a raise is durable when acknowledged)
 -- Every function pins search_path to pg_catalog, pg_temp and names every
 -- other object with its schema, so no object a session creates (in pg_temp
 -- or elsewhere) can stand in for one of these.
@@ -165,6 +170,7 @@ DECLARE
   h_term bigint;
   h_leader text;
   weak text;
+  locked boolean;
 BEGIN
   IF TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'BEFORE' OR TG_NARGS <> 5 THEN
     RAISE EXCEPTION USING ERRCODE = 'TF009',
@@ -188,7 +194,7 @@ BEGIN
   -- refuse. (PL/pgSQL and the executor set up every expression and query
   -- again in each transaction: one query here, where the slow path has
   -- forty-odd expressions, is most of the guard's speed.)
-  PERFORM 1
+  PERFORM @lockshared@
   FROM (SELECT pg_catalog.split_part(p.t, ':', 3) AS body
         FROM (SELECT pg_catalog.current_setting('termfence.token', true) AS t) p,
              LATERAL (SELECT pg_catalog.split_part(p.t, ':', 2) AS alg,
@@ -285,7 +291,7 @@ BEGIN
       END IF;
       -- The same epoch: hold the row FOR SHARE, as pgfence does, and look
       -- again; a raise may have committed since the read above.
-      SELECT f.cluster, f.term, f.leader INTO h_cluster, h_term, h_leader FROM @fence@ f WHERE f.resource = res FOR SHARE;
+      SELECT f.cluster, f.term, f.leader, @lockshared@ INTO h_cluster, h_term, h_leader, locked FROM @fence@ f WHERE f.resource = res FOR SHARE;
       IF v.term < h_term THEN
         PERFORM @private@.refuse('TF006', 'stale epoch', TG_ARGV[0], format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), TG_OP, v.cluster, v.term, v.leader, h_cluster, h_term, h_leader);
       END IF;
@@ -294,10 +300,12 @@ BEGIN
   END IF;
   -- A newer epoch (or the resource's first): raise under FOR UPDATE, which
   -- waits for the transactions holding the row FOR SHARE. Never take FOR
-  -- SHARE first: two raisers upgrading would deadlock.
+  -- SHARE first: two raisers upgrading would deadlock. The raise commits
+  -- with synchronous_commit on, whatever the writer's session says.
+  PERFORM @durable@;
   INSERT INTO @fence@ (resource, cluster, term, leader) VALUES (res, v.cluster, v.term, v.leader)
     ON CONFLICT (resource) DO NOTHING;
-  SELECT f.cluster, f.term, f.leader INTO h_cluster, h_term, h_leader FROM @fence@ f WHERE f.resource = res FOR UPDATE;
+  SELECT f.cluster, f.term, f.leader, @lockexclusive@ INTO h_cluster, h_term, h_leader, locked FROM @fence@ f WHERE f.resource = res FOR UPDATE;
   IF h_cluster <> v.cluster THEN
     PERFORM @private@.refuse('TF005', 'epoch from another cluster', TG_ARGV[0], format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), TG_OP, v.cluster, v.term, v.leader, h_cluster, h_term, h_leader);
   ELSIF v.term < h_term THEN
@@ -339,6 +347,9 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'TF008',
       MESSAGE = format('termfence: %s on the fence table %s.%s refused: high-water marks are never removed', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
   END IF;
+  -- A new row or a raise, by whoever writes it: it commits with
+  -- synchronous_commit on, whatever the writer's session says.
+  PERFORM @durable@;
   IF NOT pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID), 'MEMBER') THEN
     PERFORM @fenceschema@.termfence_check_raise(NEW.resource, NEW.cluster, NEW.term, NEW.leader);
   END IF;

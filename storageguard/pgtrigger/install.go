@@ -13,6 +13,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/internal/pgproto"
 	"github.com/termfence/termfence/storageguard/pgfence"
 )
 
@@ -226,6 +227,9 @@ REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key, `+ident(
 		"@maxterm@", maxTerm,
 		"@maxtoken@", strconv.Itoa(epoch.MaxTokenLen),
 		"@maxname@", strconv.Itoa(epoch.MaxNameLen),
+		"@lockshared@", pgproto.LockShared("f"),
+		"@lockexclusive@", pgproto.LockExclusive("f"),
+		"@durable@", pgproto.Durable,
 	).Replace(guardSQL)
 	if _, err := tx.Exec(ctx, body); err != nil {
 		return fmt.Errorf("create the guard's functions: %w", err)
