@@ -172,9 +172,13 @@ DECLARE
   weak text;
   locked boolean;
 BEGIN
-  IF TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'BEFORE' OR TG_NARGS <> 5 THEN
+  -- A row trigger is the guard against replicated writes (the apply
+  -- worker fires no statement triggers): it makes the same checks, and
+  -- returns the row (COALESCE(NEW, OLD), NULL for a statement) to let the
+  -- write go on.
+  IF TG_WHEN <> 'BEFORE' OR TG_NARGS <> 5 OR TG_LEVEL NOT IN ('STATEMENT', 'ROW') THEN
     RAISE EXCEPTION USING ERRCODE = 'TF009',
-      MESSAGE = format('termfence: the guard on %I.%I must be a BEFORE ... FOR EACH STATEMENT trigger with 5 arguments; run Install again', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+      MESSAGE = format('termfence: the guard on %I.%I must be a BEFORE trigger with 5 arguments; run Install again', TG_TABLE_SCHEMA, TG_TABLE_NAME);
   END IF;
   -- The fast path, for the common case: an authentic hs256 token of
   -- exactly the resource's highest epoch, decided by one query. Its inner
@@ -242,13 +246,13 @@ BEGIN
     -- on them, which is checked here. TRIGGER granted on a table alone is
     -- refused by the slow path (the next raise), by Install and by Audit.
     IF pg_catalog.strpos(TG_ARGV[3], ',') OPERATOR(pg_catalog.=) 0 THEN
-      RETURN NULL;
+      RETURN COALESCE(NEW, OLD);
     END IF;
     IF NOT EXISTS (
       SELECT 1 FROM pg_catalog.pg_class c, LATERAL pg_catalog.aclexplode(c.relacl) a
       WHERE c.oid OPERATOR(pg_catalog.=) ANY (TG_ARGV[3]::pg_catalog.oid[])
         AND a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner) THEN
-      RETURN NULL;
+      RETURN COALESCE(NEW, OLD);
     END IF;
   END IF;
   -- The slow path: refuse while something weakens the table, then verify
@@ -295,14 +299,14 @@ BEGIN
       IF v.term < h_term THEN
         PERFORM @private@.refuse('TF006', 'stale epoch', TG_ARGV[0], format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), TG_OP, v.cluster, v.term, v.leader, h_cluster, h_term, h_leader);
       END IF;
-      RETURN NULL;
+      RETURN COALESCE(NEW, OLD);
     END IF;
   END IF;
   -- A newer epoch (or the resource's first): raise under FOR UPDATE, which
   -- waits for the transactions holding the row FOR SHARE. Never take FOR
-  -- SHARE first: two raisers upgrading would deadlock. The raise commits
-  -- with synchronous_commit on, whatever the writer's session says.
-  PERFORM @durable@;
+  -- SHARE first: two raisers upgrading would deadlock. (The raise commits
+  -- with synchronous_commit on whatever the writer's session says: the
+  -- fence table's trigger, monotonic, sees to that for every raise.)
   INSERT INTO @fence@ (resource, cluster, term, leader) VALUES (res, v.cluster, v.term, v.leader)
     ON CONFLICT (resource) DO NOTHING;
   SELECT f.cluster, f.term, f.leader, @lockexclusive@ INTO h_cluster, h_term, h_leader, locked FROM @fence@ f WHERE f.resource = res FOR UPDATE;
@@ -315,7 +319,7 @@ BEGIN
   ELSIF v.term > h_term THEN
     UPDATE @fence@ f SET term = v.term, leader = v.leader WHERE f.resource = res;
   END IF;
-  RETURN NULL;
+  RETURN COALESCE(NEW, OLD);
 END
 $fn$;
 

@@ -6,6 +6,7 @@ var (
 	pkPgFence   = []string{"./storageguard/pgfence/"}
 	pkPgTrigger = []string{"./storageguard/pgtrigger/"}
 	runPgRaise  = "TestPostgresRaise|TestPgfenceRaise|TestGuardRaise|TestRaisesSurviveServerCrash"
+	runPgRepl   = "TestReplicatedWritesRefused|TestPreparedTransactionHolds"
 )
 
 // pgMutants are bugs planted in the PostgreSQL fences' durable raises and
@@ -25,9 +26,9 @@ var pgMutants = []mutant{
 		Original:    "\t\tif exclusive {\n\t\t\tif _, err := tx.Exec(ctx, qDurable); err != nil {",
 		Replacement: "\t\tif false {\n\t\t\tif _, err := tx.Exec(ctx, qDurable); err != nil {"},
 	{ID: "PG-guard-durable", File: "storageguard/pgtrigger/guard.sql", Packages: pkPgTrigger, Run: runPgRaise,
-		What:        "the guard's raise commits as the writer's session says",
-		Original:    "  -- with synchronous_commit on, whatever the writer's session says.\n  PERFORM @durable@;",
-		Replacement: "  -- with synchronous_commit on, whatever the writer's session says.\n  PERFORM 1;"},
+		What:        "a raise of the guarded fence table commits as the writer's session says",
+		Original:    "  -- synchronous_commit on, whatever the writer's session says.\n  PERFORM @durable@;",
+		Replacement: "  -- synchronous_commit on, whatever the writer's session says.\n  PERFORM 1;"},
 	{ID: "PG-turn", File: "storageguard/internal/pgproto/pgproto.go", Packages: append(append(append([]string(nil), pkSQLFence...), pkPgFence...), pkPgTrigger...), Run: runPgRaise,
 		What:        "the same epoch takes no turn: FOR SHARE is granted ahead of a waiting raise",
 		Original:    "\treturn \"pg_catalog.pg_advisory_xact_lock_shared(\" + LockKey(alias+\".tableoid\", alias+\".resource\") + \") IS NULL\"",
@@ -40,4 +41,12 @@ var pgMutants = []mutant{
 		What:        "the guard's fast path takes no turn",
 		Original:    "  PERFORM @lockshared@\n",
 		Replacement: "  PERFORM 1\n"},
+	{ID: "PG-replica", File: "storageguard/pgtrigger/install.go", Packages: pkPgTrigger, Run: runPgRepl,
+		What:        "no row trigger: the apply worker's replicated writes land unchecked",
+		Original:    "\t\tif r.kind == \"r\" {\n",
+		Replacement: "\t\tif false {\n"},
+	{ID: "PG-prepared-audit", File: "storageguard/pgtrigger/audit.go", Packages: pkPgTrigger, Run: runPgRepl,
+		What:        "Audit does not see prepared transactions",
+		Original:    "  JOIN pg_catalog.pg_locks l ON l.virtualtransaction = x.virtualtransaction AND l.pid IS NULL",
+		Replacement: "  JOIN pg_catalog.pg_locks l ON l.virtualtransaction = x.virtualtransaction AND l.pid IS NOT NULL"},
 }
