@@ -34,7 +34,10 @@ const (
 	// Postgres is PostgreSQL 9.5 or later (for example
 	// github.com/jackc/pgx/v5/stdlib, driver name "pgx"). Same-epoch
 	// transactions hold the fence row FOR SHARE and run concurrently; a
-	// raise holds it FOR UPDATE, so it waits for them.
+	// raise holds it FOR UPDATE, so it waits for them — only for those that
+	// held it when it asked: each takes the resource's advisory lock first,
+	// and later ones queue behind the raise. A raise commits with
+	// synchronous_commit on, whatever the role or session says.
 	Postgres
 )
 
