@@ -40,14 +40,23 @@ func (g guardFence) Do(ctx context.Context, resource string, e epoch.Epoch, writ
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (term) VALUES ($1)", int64(e.Term)); err != nil {
-		return pgtrigger.Refusal(err)
+		return refusalOr(err)
 	}
 	if write != nil {
 		if err := write(ctx); err != nil {
 			return err
 		}
 	}
-	return pgtrigger.Refusal(tx.Commit(context.WithoutCancel(ctx)))
+	return refusalOr(tx.Commit(context.WithoutCancel(ctx)))
+}
+
+// refusalOr returns the refusal err stands for, or err itself if it is no
+// refusal (nil stays nil).
+func refusalOr(err error) error {
+	if r := pgtrigger.Refusal(err); r != nil {
+		return r
+	}
+	return err
 }
 
 func (g guardFence) Admit(ctx context.Context, resource string, e epoch.Epoch) error {
