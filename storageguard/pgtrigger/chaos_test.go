@@ -56,7 +56,7 @@ func TestPostgresChaos(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s=%q: %v", chaosEnv, v, err)
 		}
-		run, crashes = d, int(d/(5*time.Second))
+		run, crashes = d, int(d/(10*time.Second))
 	}
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d, %v, %d crashes", seed, run, crashes)
@@ -243,9 +243,14 @@ CREATE CONSTRAINT TRIGGER ledger_order AFTER INSERT ON ledger DEFERRABLE INITIAL
 
 	deadline := time.Now().Add(run)
 	for c := 0; c < crashes; c++ {
+		// A random moment in the next share of the time left (the fault's
+		// timing is the workload, not a synchronisation).
 		wait := time.Until(deadline) / time.Duration(crashes-c+1)
-		time.Sleep(wait / 2)
-		time.Sleep(time.Duration(rng.Int64N(int64(wait/2) + 1)))
+		if wait <= 0 {
+			crashes = c
+			break
+		}
+		time.Sleep(wait/2 + time.Duration(rng.Int64N(int64(wait/2)+1)))
 		mu.Lock()
 		want := map[string]uint64{}
 		for k, v := range acked {
