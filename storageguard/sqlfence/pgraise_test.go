@@ -81,3 +81,13 @@ func TestPostgresRaiseUnderStream(t *testing.T) {
 	r := sqltest.RaiseUnderStream(t, dsn, older, raiser, apps+"_raise", 4, 2*time.Minute)
 	t.Logf("raise served after %v; %d older-epoch transactions before it asked, %d admitted while it waited", r.Wait, r.Before, r.During)
 }
+
+// TestPostgresNestedDoWithRaisePending: a Do nested in a Do's write on the
+// same resource neither deadlocks behind a pending raise nor escapes the
+// fence (sqltest.NestedDoWithRaisePending).
+func TestPostgresNestedDoWithRaisePending(t *testing.T) {
+	dsn := sqltest.PostgresDSN(t)
+	apps := "sqlnest_" + t.Name()
+	f, raiser := openApp(t, dsn, apps+"_f"), openApp(t, dsn, apps+"_raise")
+	sqltest.NestedDoWithRaisePending(t, dsn, f, raiser, apps+"_raise")
+}

@@ -504,16 +504,34 @@ func (f *Fence) Tx(ctx context.Context, resource string, ep epoch.Epoch, fn func
 // returns an error matching storageguard.ErrFenceLost (with write's own
 // error, if any), never nil: write's outcome is then unknown. Otherwise Do
 // returns write's error.
+//
+// A Do or Admit on f and resource called inside write with write's context
+// (or one derived from it) is decided against this Do's hold: under the
+// same epoch it runs at once, without a transaction of its own, so that it
+// cannot wait behind a newer epoch's raise that waits for this write.
 func (f *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
 	if write == nil {
 		return f.Admit(ctx, resource, ep)
 	}
-	h := txretry.NewHold[*sql.Tx](ctx, write)
+	if ok, err := txretry.Nested(ctx, f, resource, ep); ok {
+		// Inside a write of this fence's Do on resource: that Do's hold
+		// covers this one (see txretry.Nested).
+		if err != nil {
+			return err
+		}
+		return write(ctx)
+	}
+	h := txretry.NewHeldHold[*sql.Tx](ctx, f, resource, ep, write)
 	return h.Result(f.run(ctx, resource, ep, false, true, h.Retryable(retryable), h.Body))
 }
 
-// Admit implements storageguard.Fence.Admit.
+// Admit implements storageguard.Fence.Admit. Inside a write of this
+// fence's Do on resource, an epoch that needs no raise is decided against
+// that Do's hold, without a transaction of its own.
 func (f *Fence) Admit(ctx context.Context, resource string, ep epoch.Epoch) error {
+	if ok, err := txretry.Nested(ctx, f, resource, ep); ok {
+		return err
+	}
 	return f.run(ctx, resource, ep, false, false, retryable, nil)
 }
 

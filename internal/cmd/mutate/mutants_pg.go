@@ -49,4 +49,12 @@ var pgMutants = []mutant{
 		What:        "Audit does not see prepared transactions",
 		Original:    "  JOIN pg_catalog.pg_locks l ON l.virtualtransaction = x.virtualtransaction AND l.pid IS NULL",
 		Replacement: "  JOIN pg_catalog.pg_locks l ON l.virtualtransaction = x.virtualtransaction AND l.pid IS NOT NULL"},
+	{ID: "PG-nested", File: "storageguard/internal/txretry/held.go", Packages: append(append([]string{"./storageguard/internal/txretry/"}, pkSQLFence...), pkPgFence...), Run: "TestNested|NestedDoWithRaisePending",
+		What:        "a Do nested in a Do's write takes its turn behind a pending raise (deadlock until its context ends)",
+		Original:    "\tif h == nil || !h.active.Load() {",
+		Replacement: "\tif true {"},
+	{ID: "PG-nested-escape", File: "storageguard/internal/txretry/held.go", Packages: append(append([]string{"./storageguard/internal/txretry/"}, pkSQLFence...), pkPgFence...), Run: "TestNested|NestedDoWithRaisePending",
+		What:        "a write's context kept past the write still counts as a hold",
+		Original:    "\t\tdefer h.active.Store(false)",
+		Replacement: "\t\tdefer h.active.Store(true)"},
 }

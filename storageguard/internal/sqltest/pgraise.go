@@ -270,3 +270,54 @@ func RaiseUnderStream(t testing.TB, dsn string, older, raiser storageguard.Fence
 	}
 	return res
 }
+
+// NestedDoWithRaisePending checks a Do (and Admit) nested in the write of
+// a Do on the same fence and resource while a newer epoch's raise waits
+// for the outer write: the nested call must not take a turn behind that
+// raise (which waits for the outer write, which waits for the nested call:
+// a deadlock until the context ends), but be decided against the outer
+// hold — the same epoch runs, an older one is refused. A context kept from
+// the write and used after it returned holds nothing: the call goes through
+// the fence and, after the raise, is refused.
+func NestedDoWithRaisePending(t *testing.T, dsn string, f, raiser storageguard.Fence, raiserApp string) {
+	t.Helper()
+	ctx := context.Background()
+	old, newer := ep(5, "a"), ep(6, "b")
+	if err := f.Admit(ctx, "nest", old); err != nil {
+		t.Fatal(err)
+	}
+	raised := make(chan error, 1)
+	var kept context.Context
+	innerRan := false
+	err := f.Do(ctx, "nest", old, func(wctx context.Context) error {
+		kept = wctx
+		go func() { raised <- raiser.Admit(ctx, "nest", newer) }()
+		WaitFor(t, time.Minute, "the raise to wait for the outer write", func() bool { return LockWaiters(t, dsn, raiserApp) >= 1 })
+		nctx, cancel := context.WithTimeout(wctx, 20*time.Second)
+		defer cancel()
+		if err := f.Do(nctx, "nest", old, func(context.Context) error { innerRan = true; return nil }); err != nil {
+			return fmt.Errorf("a Do nested in the write, same epoch, raise pending: %w", err)
+		}
+		if err := f.Admit(nctx, "nest", old); err != nil {
+			return fmt.Errorf("an Admit nested in the write, same epoch: %w", err)
+		}
+		if err := f.Do(nctx, "nest", ep(4, "z"), func(context.Context) error { return errors.New("ran") }); !errors.Is(err, storageguard.ErrStale) {
+			return fmt.Errorf("a nested Do under an older epoch = %v, want ErrStale", err)
+		}
+		return nil
+	})
+	if err != nil {
+		<-raised
+		t.Fatal(err)
+	}
+	if !innerRan {
+		t.Fatal("the nested write did not run")
+	}
+	if err := <-raised; err != nil {
+		t.Fatalf("the raise after the outer write: %v", err)
+	}
+	ran := false
+	if err := f.Do(kept, "nest", old, func(context.Context) error { ran = true; return nil }); !errors.Is(err, storageguard.ErrStale) || ran {
+		t.Fatalf("a Do with the outer write's context kept past it, after the raise = %v (ran %v), want ErrStale", err, ran)
+	}
+}
