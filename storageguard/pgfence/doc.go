@@ -20,7 +20,13 @@
 //     run concurrently; a raise holds it FOR UPDATE, so it waits for them,
 //     and afterwards they are refused (storageguard.ErrStale).
 //   - A raise is durable when its transaction commits (I5: PostgreSQL's
-//     WAL; with synchronous_commit off it is not).
+//     WAL): the raising transaction commits with synchronous_commit on,
+//     whatever the role or session says, even if Tx's function lowered it.
+//   - A raise waits only for the transactions that held the resource when
+//     it asked: each transaction takes the resource's advisory lock (shared,
+//     or exclusive for a raise) just before the row lock, and PostgreSQL
+//     queues later shared requests behind a waiting exclusive one, so a
+//     stream of same-epoch transactions cannot starve a raise.
 //   - Serialization failures and deadlocks are retried a bounded number of
 //     times with backoff, so the function may run more than once.
 //   - The context bounds the wait to get in, never the hold: once the

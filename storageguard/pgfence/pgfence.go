@@ -14,24 +14,44 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/internal/pgproto"
 	"github.com/termfence/termfence/storageguard/internal/txretry"
 )
 
 // The table is sqlfence's PostgreSQL table: both fences may guard the same
 // resources at once.
 const (
-	qCreate       = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BYTEA PRIMARY KEY, cluster TEXT NOT NULL, term BIGINT NOT NULL, leader TEXT NOT NULL)"
-	qInsert       = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES ($1, $2, $3, $4) ON CONFLICT (resource) DO NOTHING"
-	qSelect       = "SELECT cluster, term, leader FROM termfence_fence WHERE resource = $1"
-	qSelectShared = qSelect + " FOR SHARE"
+	qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BYTEA PRIMARY KEY, cluster TEXT NOT NULL, term BIGINT NOT NULL, leader TEXT NOT NULL)"
+	qInsert = "INSERT INTO termfence_fence (resource, cluster, term, leader) VALUES ($1, $2, $3, $4) ON CONFLICT (resource) DO NOTHING"
+	qSelect = "SELECT cluster, term, leader FROM termfence_fence WHERE resource = $1"
+)
+
+// The statements that lock the fence row take the resource's advisory
+// lock first, in the same statement (pgproto: the turn that keeps a stream
+// of same-epoch transactions from starving a raise); its column is always
+// false.
+var (
+	qSelectShared = "SELECT cluster, term, leader, " + pgproto.LockShared("termfence_fence") +
+		" FROM termfence_fence WHERE resource = $1 FOR SHARE"
 	// qSelectHold is a Do's check: the session idles in its transaction
 	// while the write runs outside it, so the transaction turns the
 	// session's idle-in-transaction timeout off (SET LOCAL) in the same
 	// statement; the server would otherwise end the session, and the lock,
 	// under the write.
-	qSelectHold   = "SELECT cluster, term, leader, CASE WHEN current_setting('idle_in_transaction_session_timeout') <> '0' THEN set_config('idle_in_transaction_session_timeout', '0', true) END FROM termfence_fence WHERE resource = $1 FOR SHARE"
-	qSelectUpdate = qSelect + " FOR UPDATE"
-	qUpdate       = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
+	qSelectHold = "SELECT cluster, term, leader, " + pgproto.LockShared("termfence_fence") +
+		", CASE WHEN current_setting('idle_in_transaction_session_timeout') <> '0' THEN set_config('idle_in_transaction_session_timeout', '0', true) END FROM termfence_fence WHERE resource = $1 FOR SHARE"
+	// qSelectUpdate is a raise's lock: it also makes the transaction commit
+	// with synchronous_commit on, whatever the session says
+	// (pgproto.Durable).
+	qSelectUpdate = "SELECT cluster, term, leader, " + pgproto.LockExclusive("termfence_fence") + ", " + pgproto.Durable +
+		" FROM termfence_fence WHERE resource = $1 FOR UPDATE"
+	// qDurable makes a raise's commit synchronous again after Tx's fn,
+	// which may have lowered synchronous_commit.
+	qDurable = "SELECT " + pgproto.Durable
+)
+
+const (
+	qUpdate = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
 	// qPresent presents the token of Options.Signer for the rest of the
 	// transaction (pgtrigger's setting).
 	qPresent = "SELECT pg_catalog.set_config('termfence.token', $1, true)"
@@ -172,6 +192,11 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, ex
 		if err := fn(tx); err != nil {
 			return err
 		}
+		if exclusive {
+			if _, err := tx.Exec(ctx, qDurable); err != nil {
+				return err
+			}
+		}
 	}
 	committed = true
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
@@ -198,10 +223,11 @@ func readBatch(br pgx.BatchResults, signed, exclusive, hold bool) (epoch.Epoch, 
 	}
 	var h epoch.Epoch
 	var term int64
+	var locked bool
 	var setting *string
-	dst := []any{&h.Cluster, &term, &h.Leader, &setting}
-	if !hold || exclusive {
-		dst = dst[:3]
+	dst := []any{&h.Cluster, &term, &h.Leader, &locked, &setting}
+	if !hold && !exclusive {
+		dst = dst[:4]
 	}
 	switch err := br.QueryRow().Scan(dst...); {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -295,16 +321,34 @@ func (f *Fence) TxWith(ctx context.Context, resource string, ep epoch.Epoch, opt
 // returns an error matching storageguard.ErrFenceLost (with write's own
 // error, if any), never nil: write's outcome is then unknown. Otherwise Do
 // returns write's error.
+//
+// A Do or Admit on f and resource called inside write with write's context
+// (or one derived from it) is decided against this Do's hold: under the
+// same epoch it runs at once, without a transaction of its own, so that it
+// cannot wait behind a newer epoch's raise that waits for this write.
 func (f *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
 	if write == nil {
 		return f.Admit(ctx, resource, ep)
 	}
-	h := txretry.NewHold[pgx.Tx](ctx, write)
+	if ok, err := txretry.Nested(ctx, f, resource, ep); ok {
+		// Inside a write of this fence's Do on resource: that Do's hold
+		// covers this one (see txretry.Nested).
+		if err != nil {
+			return err
+		}
+		return write(ctx)
+	}
+	h := txretry.NewHeldHold[pgx.Tx](ctx, f, resource, ep, write)
 	return h.Result(f.run(ctx, resource, ep, false, true, h.Retryable(retryable), pgx.TxOptions{}, h.Body))
 }
 
-// Admit implements storageguard.Fence.Admit.
+// Admit implements storageguard.Fence.Admit. Inside a write of this
+// fence's Do on resource, an epoch that needs no raise is decided against
+// that Do's hold, without a transaction of its own.
 func (f *Fence) Admit(ctx context.Context, resource string, ep epoch.Epoch) error {
+	if ok, err := txretry.Nested(ctx, f, resource, ep); ok {
+		return err
+	}
 	return f.run(ctx, resource, ep, false, false, retryable, pgx.TxOptions{}, nil)
 }
 

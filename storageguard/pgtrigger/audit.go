@@ -54,6 +54,19 @@ const (
 	// after Install, or one whose guard was dropped, disabled or installed
 	// by an older release) that the guard does not check.
 	WeakUnguarded WeaknessKind = "unguarded"
+	// WeakSubscription: a logical replication subscription writes into a
+	// relation of the tree. Its apply worker presents no token, so the
+	// guard's row trigger refuses its writes and the subscription stops
+	// with an error; guard the publisher's table instead, and drop the
+	// table from the subscription.
+	WeakSubscription WeaknessKind = "subscription"
+	// WeakPrepared: a prepared transaction (PREPARE TRANSACTION, with
+	// max_prepared_transactions > 0) holds a lock on a relation of the
+	// tree or on the fence table. It keeps its locks (a hold on the fence
+	// row, under its epoch) across disconnects,
+	// idle_in_transaction_session_timeout and server restarts, until
+	// COMMIT PREPARED or ROLLBACK PREPARED: every newer epoch waits for it.
+	WeakPrepared WeaknessKind = "prepared-transaction"
 )
 
 // Weakness is one grant or setting that weakens a guarded table.
@@ -259,6 +272,53 @@ GROUP BY c.oid, a.grantee`,
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	more, err := auditReplication(ctx, tx, tree, fence)
+	if err != nil {
+		return nil, err
+	}
+	ws = append(ws, more...)
 	slices.SortStableFunc(ws, func(a, b Weakness) int { return strings.Compare(string(a.Kind), string(b.Kind)) })
 	return ws, nil
+}
+
+// auditReplication lists the ordinary tables of tree without the guard's
+// row trigger against replicated writes (ENABLE ALWAYS), the subscriptions
+// that write into tree, and the prepared transactions that hold a lock on
+// tree or on the fence table.
+func auditReplication(ctx context.Context, tx pgx.Tx, tree []relation, fence string) ([]Weakness, error) {
+	rows, err := tx.Query(ctx, `
+SELECT $2::text, c.oid::regclass::text, '',
+       c.oid::regclass::text || CASE WHEN t.oid IS NULL THEN ' has no guard against replicated writes (trigger ' || $3 || ')'
+                                      ELSE ': its guard against replicated writes is not ENABLE ALWAYS' END || ': run Install again'
+FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_trigger t ON t.tgrelid = c.oid AND t.tgname = $3
+WHERE c.oid = ANY ($1::oid[]) AND c.relkind = 'r' AND (t.oid IS NULL OR t.tgenabled <> 'A')
+UNION ALL
+SELECT $4, sr.srrelid::regclass::text, pg_catalog.pg_get_userbyid(s.subowner)::text,
+       'subscription ' || pg_catalog.quote_ident(s.subname) || ' replicates into ' || sr.srrelid::regclass::text ||
+       ': the guard refuses its apply worker''s writes (no token), so it stops with an error; guard the publisher''s table and drop this one from the subscription'
+FROM pg_catalog.pg_subscription_rel sr JOIN pg_catalog.pg_subscription s ON s.oid = sr.srsubid
+WHERE sr.srrelid = ANY ($1::oid[])
+UNION ALL
+SELECT DISTINCT $5, l.relation::regclass::text, p.owner::text,
+       'prepared transaction ' || pg_catalog.quote_literal(p.gid) || ' (prepared ' || p.prepared::text || ' by ' || pg_catalog.quote_ident(p.owner) ||
+       ') holds a lock on ' || l.relation::regclass::text || ' across restarts: a newer epoch waits for it until COMMIT PREPARED or ROLLBACK PREPARED'
+FROM pg_catalog.pg_prepared_xacts p
+  JOIN pg_catalog.pg_locks x ON x.locktype = 'transactionid' AND x.transactionid = p.transaction AND x.pid IS NULL
+  JOIN pg_catalog.pg_locks l ON l.virtualtransaction = x.virtualtransaction AND l.pid IS NULL
+WHERE l.locktype = 'relation' AND (l.relation = ANY ($1::oid[]) OR l.relation = $6::regclass)`,
+		oids(tree), string(WeakUnguarded), ReplicaTriggerName, string(WeakSubscription), string(WeakPrepared), fence)
+	if err != nil {
+		return nil, err
+	}
+	var ws []Weakness
+	for rows.Next() {
+		var w Weakness
+		var kind string
+		if err := rows.Scan(&kind, &w.Relation, &w.Role, &w.What); err != nil {
+			return nil, err
+		}
+		w.Kind = WeaknessKind(kind)
+		ws = append(ws, w)
+	}
+	return ws, rows.Err()
 }

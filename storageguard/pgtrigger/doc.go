@@ -122,6 +122,10 @@
 //     TestHostileRoleWithTrigger).
 //   - The token check and the raise commit with the writes or not at all; a
 //     refused statement changes nothing.
+//   - A raise (a new or raised fence row, by anyone) commits with
+//     synchronous_commit on whatever the writer's session says, and waits
+//     only for the writers that held the row when it asked: later writers
+//     under the older epoch queue behind it (storageguard/internal/pgproto).
 //
 // Audit lists, for a guarded table, everything that weakens these: the
 // grants and roles of the non-guarantees below, TRIGGER grants, triggers
@@ -184,7 +188,14 @@
 //     in schema public, never in an application's schema: dropping that
 //     schema with CASCADE would take the extension, shared by every guard of
 //     the database, along with it.
-//   - Logical replication: the guard is ENABLE ALWAYS, so a subscriber
-//     table it guards refuses the apply worker's writes (it presents no
-//     token). Guard the publisher's table.
+//   - Logical replication: the apply worker fires no statement triggers;
+//     the guard's row trigger (ReplicaTriggerName, ENABLE ALWAYS, only when
+//     session_replication_role is replica) puts each replicated row through
+//     the guard, which refuses it (no token), and the subscription stops
+//     with an error. Guard the publisher's table; Audit lists subscriptions
+//     into a guarded table.
+//   - Prepared transactions (max_prepared_transactions > 0) that wrote a
+//     guarded table keep their hold on the fence row across disconnects,
+//     idle_in_transaction_session_timeout and restarts, until COMMIT or
+//     ROLLBACK PREPARED: newer epochs wait for them. Audit lists them.
 package pgtrigger

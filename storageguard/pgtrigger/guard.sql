@@ -6,6 +6,11 @@
 --   @maxterm@  the highest valid term (epoch.MaxTerm)
 --   @maxtoken@ the longest token in bytes (epoch.MaxTokenLen)
 --   @maxname@  the longest name in bytes (epoch.MaxNameLen)
+--   @lockshared@, @lockexclusive@ the advisory lock of fence row f, shared
+--              or exclusive, taken in the select list of the statement
+--              that locks the row (pgproto: a raise's turn)
+--   @durable@  synchronous_commit on for the rest of the transaction
+--              (pgproto.Durable: a raise is durable when acknowledged)
 -- Every function pins search_path to pg_catalog, pg_temp and names every
 -- other object with its schema, so no object a session creates (in pg_temp
 -- or elsewhere) can stand in for one of these.
@@ -165,10 +170,15 @@ DECLARE
   h_term bigint;
   h_leader text;
   weak text;
+  locked boolean;
 BEGIN
-  IF TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'BEFORE' OR TG_NARGS <> 5 THEN
+  -- A row trigger is the guard against replicated writes (the apply
+  -- worker fires no statement triggers): it makes the same checks, and
+  -- returns the row (COALESCE(NEW, OLD), NULL for a statement) to let the
+  -- write go on.
+  IF TG_WHEN <> 'BEFORE' OR TG_NARGS <> 5 OR TG_LEVEL NOT IN ('STATEMENT', 'ROW') THEN
     RAISE EXCEPTION USING ERRCODE = 'TF009',
-      MESSAGE = format('termfence: the guard on %I.%I must be a BEFORE ... FOR EACH STATEMENT trigger with 5 arguments; run Install again', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+      MESSAGE = format('termfence: the guard on %I.%I must be a BEFORE trigger with 5 arguments; run Install again', TG_TABLE_SCHEMA, TG_TABLE_NAME);
   END IF;
   -- The fast path, for the common case: an authentic hs256 token of
   -- exactly the resource's highest epoch, decided by one query. Its inner
@@ -188,7 +198,7 @@ BEGIN
   -- refuse. (PL/pgSQL and the executor set up every expression and query
   -- again in each transaction: one query here, where the slow path has
   -- forty-odd expressions, is most of the guard's speed.)
-  PERFORM 1
+  PERFORM @lockshared@
   FROM (SELECT pg_catalog.split_part(p.t, ':', 3) AS body
         FROM (SELECT pg_catalog.current_setting('termfence.token', true) AS t) p,
              LATERAL (SELECT pg_catalog.split_part(p.t, ':', 2) AS alg,
@@ -236,13 +246,13 @@ BEGIN
     -- on them, which is checked here. TRIGGER granted on a table alone is
     -- refused by the slow path (the next raise), by Install and by Audit.
     IF pg_catalog.strpos(TG_ARGV[3], ',') OPERATOR(pg_catalog.=) 0 THEN
-      RETURN NULL;
+      RETURN COALESCE(NEW, OLD);
     END IF;
     IF NOT EXISTS (
       SELECT 1 FROM pg_catalog.pg_class c, LATERAL pg_catalog.aclexplode(c.relacl) a
       WHERE c.oid OPERATOR(pg_catalog.=) ANY (TG_ARGV[3]::pg_catalog.oid[])
         AND a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner) THEN
-      RETURN NULL;
+      RETURN COALESCE(NEW, OLD);
     END IF;
   END IF;
   -- The slow path: refuse while something weakens the table, then verify
@@ -285,19 +295,21 @@ BEGIN
       END IF;
       -- The same epoch: hold the row FOR SHARE, as pgfence does, and look
       -- again; a raise may have committed since the read above.
-      SELECT f.cluster, f.term, f.leader INTO h_cluster, h_term, h_leader FROM @fence@ f WHERE f.resource = res FOR SHARE;
+      SELECT f.cluster, f.term, f.leader, @lockshared@ INTO h_cluster, h_term, h_leader, locked FROM @fence@ f WHERE f.resource = res FOR SHARE;
       IF v.term < h_term THEN
         PERFORM @private@.refuse('TF006', 'stale epoch', TG_ARGV[0], format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), TG_OP, v.cluster, v.term, v.leader, h_cluster, h_term, h_leader);
       END IF;
-      RETURN NULL;
+      RETURN COALESCE(NEW, OLD);
     END IF;
   END IF;
   -- A newer epoch (or the resource's first): raise under FOR UPDATE, which
   -- waits for the transactions holding the row FOR SHARE. Never take FOR
-  -- SHARE first: two raisers upgrading would deadlock.
+  -- SHARE first: two raisers upgrading would deadlock. (The raise commits
+  -- with synchronous_commit on whatever the writer's session says: the
+  -- fence table's trigger, monotonic, sees to that for every raise.)
   INSERT INTO @fence@ (resource, cluster, term, leader) VALUES (res, v.cluster, v.term, v.leader)
     ON CONFLICT (resource) DO NOTHING;
-  SELECT f.cluster, f.term, f.leader INTO h_cluster, h_term, h_leader FROM @fence@ f WHERE f.resource = res FOR UPDATE;
+  SELECT f.cluster, f.term, f.leader, @lockexclusive@ INTO h_cluster, h_term, h_leader, locked FROM @fence@ f WHERE f.resource = res FOR UPDATE;
   IF h_cluster <> v.cluster THEN
     PERFORM @private@.refuse('TF005', 'epoch from another cluster', TG_ARGV[0], format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), TG_OP, v.cluster, v.term, v.leader, h_cluster, h_term, h_leader);
   ELSIF v.term < h_term THEN
@@ -307,7 +319,7 @@ BEGIN
   ELSIF v.term > h_term THEN
     UPDATE @fence@ f SET term = v.term, leader = v.leader WHERE f.resource = res;
   END IF;
-  RETURN NULL;
+  RETURN COALESCE(NEW, OLD);
 END
 $fn$;
 
@@ -339,6 +351,9 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'TF008',
       MESSAGE = format('termfence: %s on the fence table %s.%s refused: high-water marks are never removed', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
   END IF;
+  -- A new row or a raise, by whoever writes it: it commits with
+  -- synchronous_commit on, whatever the writer's session says.
+  PERFORM @durable@;
   IF NOT pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID), 'MEMBER') THEN
     PERFORM @fenceschema@.termfence_check_raise(NEW.resource, NEW.cluster, NEW.term, NEW.leader);
   END IF;

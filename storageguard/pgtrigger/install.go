@@ -13,6 +13,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/internal/pgproto"
 	"github.com/termfence/termfence/storageguard/pgfence"
 )
 
@@ -26,6 +27,15 @@ const (
 	// TriggerName is the name of the guard's trigger on every guarded
 	// table.
 	TriggerName = "termfence_guard"
+	// ReplicaTriggerName is the name of the guard's row trigger on every
+	// ordinary table of a guarded tree: logical replication's apply worker
+	// fires no statement triggers, so a BEFORE ... FOR EACH ROW trigger,
+	// ENABLE ALWAYS and only when session_replication_role is replica (as
+	// the apply worker runs), puts every replicated row through the
+	// guard's checks. The apply worker presents no token, so the guard
+	// refuses its writes (CodeNoToken) and the subscription stops with an
+	// error: a replicated write is never applied unchecked.
+	ReplicaTriggerName = "termfence_guard_replica"
 	// monotonicName and monotonicTruncateName are the triggers that keep
 	// the fence table's rows from going down.
 	monotonicName         = "termfence_monotonic"
@@ -226,6 +236,9 @@ REVOKE ALL ON `+ident(private)+`.settings, `+ident(private)+`.hmac_key, `+ident(
 		"@maxterm@", maxTerm,
 		"@maxtoken@", strconv.Itoa(epoch.MaxTokenLen),
 		"@maxname@", strconv.Itoa(epoch.MaxNameLen),
+		"@lockshared@", pgproto.LockShared("f"),
+		"@lockexclusive@", pgproto.LockExclusive("f"),
+		"@durable@", pgproto.Durable,
 	).Replace(guardSQL)
 	if _, err := tx.Exec(ctx, body); err != nil {
 		return fmt.Errorf("create the guard's functions: %w", err)
@@ -281,6 +294,20 @@ ALTER TABLE ONLY `+r.String()+` ENABLE ALWAYS TRIGGER `+TriggerName)
 		if err != nil {
 			return fmt.Errorf("guard %s: %w", r, err)
 		}
+		// The row trigger on the tables that hold rows (a partitioned
+		// table's row triggers would be cloned onto its partitions, which
+		// have their own).
+		if r.kind == "r" {
+			_, err = tx.Exec(ctx, `
+DROP TRIGGER IF EXISTS `+ReplicaTriggerName+` ON `+r.String()+`;
+CREATE TRIGGER `+ReplicaTriggerName+` BEFORE INSERT OR UPDATE OR DELETE ON `+r.String()+`
+  FOR EACH ROW WHEN (pg_catalog.current_setting('session_replication_role') = 'replica')
+  EXECUTE FUNCTION `+guard+`(`+args+`);
+ALTER TABLE ONLY `+r.String()+` ENABLE ALWAYS TRIGGER `+ReplicaTriggerName)
+			if err != nil {
+				return fmt.Errorf("guard %s against replicated writes: %w", r, err)
+			}
+		}
 	}
 	return nil
 }
@@ -303,7 +330,7 @@ func Uninstall(ctx context.Context, pool *pgxpool.Pool, table string) error {
 			return err
 		}
 		for _, r := range tree {
-			if _, err := tx.Exec(ctx, "DROP TRIGGER IF EXISTS "+TriggerName+" ON "+r.String()); err != nil {
+			if _, err := tx.Exec(ctx, "DROP TRIGGER IF EXISTS "+TriggerName+" ON "+r.String()+"; DROP TRIGGER IF EXISTS "+ReplicaTriggerName+" ON "+r.String()); err != nil {
 				return err
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/internal/pgproto"
 	"github.com/termfence/termfence/storageguard/internal/txretry"
 )
 
@@ -33,7 +34,10 @@ const (
 	// Postgres is PostgreSQL 9.5 or later (for example
 	// github.com/jackc/pgx/v5/stdlib, driver name "pgx"). Same-epoch
 	// transactions hold the fence row FOR SHARE and run concurrently; a
-	// raise holds it FOR UPDATE, so it waits for them.
+	// raise holds it FOR UPDATE, so it waits for them — only for those that
+	// held it when it asked: each takes the resource's advisory lock first,
+	// and later ones queue behind the raise. A raise commits with
+	// synchronous_commit on, whatever the role or session says.
 	Postgres
 )
 
@@ -89,6 +93,9 @@ type Fence struct {
 	noDurableCheck bool
 
 	qInsert, qLock, qSelectShared, qSelectHold, qSelectUpdate, qSelectPlain, qUpdate, qCreate string
+	// PostgreSQL only: make the raising transaction's commit synchronous
+	// again after a Tx's fn, which may have lowered synchronous_commit.
+	qDurable string
 
 	// SQLite only: the same-epoch path's two statements, prepared once.
 	// modernc.org/sqlite compiles every unprepared statement anew, which is
@@ -139,13 +146,23 @@ func Open(ctx context.Context, db *sql.DB, d Dialect) (*Fence, error) {
 		// SERIALIZABLE (a raise committed after the snapshot fails the lock
 		// with a serialization error, which is retried), where a lock taken
 		// in the transaction's first statement would come after its snapshot.
-		f.qSelectShared = f.qSelectPlain + " FOR SHARE"
+		//
+		// Each row lock comes after the resource's advisory lock, taken in
+		// the same statement (pgproto: the turn that keeps a stream of
+		// same-epoch transactions from starving a raise).
+		f.qSelectShared = "SELECT cluster, term, leader, " + pgproto.LockShared("termfence_fence") +
+			" FROM termfence_fence WHERE resource = $1 FOR SHARE"
 		// A Do's transaction idles while the write runs outside it: turn
 		// the session's idle-in-transaction timeout off for that
 		// transaction only (SET LOCAL), in the same statement, so that the
 		// server does not end the session, and the lock, under the write.
-		f.qSelectHold = "SELECT cluster, term, leader, CASE WHEN current_setting('idle_in_transaction_session_timeout') <> '0' THEN set_config('idle_in_transaction_session_timeout', '0', true) END FROM termfence_fence WHERE resource = $1 FOR SHARE"
-		f.qSelectUpdate = f.qSelectPlain + " FOR UPDATE"
+		f.qSelectHold = "SELECT cluster, term, leader, " + pgproto.LockShared("termfence_fence") +
+			", CASE WHEN current_setting('idle_in_transaction_session_timeout') <> '0' THEN set_config('idle_in_transaction_session_timeout', '0', true) END FROM termfence_fence WHERE resource = $1 FOR SHARE"
+		// A raise commits with synchronous_commit on whatever the session
+		// says (pgproto.Durable), set in the statement that locks the row.
+		f.qSelectUpdate = "SELECT cluster, term, leader, " + pgproto.LockExclusive("termfence_fence") + ", " + pgproto.Durable +
+			" FROM termfence_fence WHERE resource = $1 FOR UPDATE"
+		f.qDurable = "SELECT " + pgproto.Durable
 		f.qUpdate = "UPDATE termfence_fence SET cluster = $1, term = $2, leader = $3 WHERE resource = $4"
 		f.qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BYTEA PRIMARY KEY, cluster TEXT NOT NULL, term BIGINT NOT NULL, leader TEXT NOT NULL)"
 	default:
@@ -271,22 +288,23 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 		}
 	}
 	var row *sql.Row
-	cols := 3
+	cols := 3 // PostgreSQL: the advisory lock's column, and one setting
 	switch {
 	case f.d == SQLite:
 		// One SELECT for every mode: the write lock is already held.
 		row = tx.StmtContext(ctx, f.stSelect).QueryRowContext(ctx, key)
 	case mode == exclusive:
-		row = tx.QueryRowContext(ctx, f.qSelectUpdate, key)
+		row, cols = tx.QueryRowContext(ctx, f.qSelectUpdate, key), 5
 	case hold:
-		row, cols = tx.QueryRowContext(ctx, f.qSelectHold, key), 4
+		row, cols = tx.QueryRowContext(ctx, f.qSelectHold, key), 5
 	default:
-		row = tx.QueryRowContext(ctx, f.qSelectShared, key)
+		row, cols = tx.QueryRowContext(ctx, f.qSelectShared, key), 4
 	}
 	var h epoch.Epoch
 	var term int64
+	var locked bool
 	var setting *string
-	dst := []any{&h.Cluster, &term, &h.Leader, &setting}[:cols]
+	dst := []any{&h.Cluster, &term, &h.Leader, &locked, &setting}[:cols]
 	switch err := row.Scan(dst...); {
 	case errors.Is(err, sql.ErrNoRows):
 		h = epoch.Epoch{}
@@ -323,6 +341,13 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 		}
 		if err := fn(tx); err != nil {
 			return err
+		}
+		if mode == exclusive && f.d == Postgres {
+			// fn may have lowered synchronous_commit (SET LOCAL): the
+			// raise commits with it on all the same.
+			if _, err := tx.ExecContext(ctx, f.qDurable); err != nil {
+				return err
+			}
 		}
 	}
 	committed = true
@@ -479,16 +504,34 @@ func (f *Fence) Tx(ctx context.Context, resource string, ep epoch.Epoch, fn func
 // returns an error matching storageguard.ErrFenceLost (with write's own
 // error, if any), never nil: write's outcome is then unknown. Otherwise Do
 // returns write's error.
+//
+// A Do or Admit on f and resource called inside write with write's context
+// (or one derived from it) is decided against this Do's hold: under the
+// same epoch it runs at once, without a transaction of its own, so that it
+// cannot wait behind a newer epoch's raise that waits for this write.
 func (f *Fence) Do(ctx context.Context, resource string, ep epoch.Epoch, write func(ctx context.Context) error) error {
 	if write == nil {
 		return f.Admit(ctx, resource, ep)
 	}
-	h := txretry.NewHold[*sql.Tx](ctx, write)
+	if ok, err := txretry.Nested(ctx, f, resource, ep); ok {
+		// Inside a write of this fence's Do on resource: that Do's hold
+		// covers this one (see txretry.Nested).
+		if err != nil {
+			return err
+		}
+		return write(ctx)
+	}
+	h := txretry.NewHeldHold[*sql.Tx](ctx, f, resource, ep, write)
 	return h.Result(f.run(ctx, resource, ep, false, true, h.Retryable(retryable), h.Body))
 }
 
-// Admit implements storageguard.Fence.Admit.
+// Admit implements storageguard.Fence.Admit. Inside a write of this
+// fence's Do on resource, an epoch that needs no raise is decided against
+// that Do's hold, without a transaction of its own.
 func (f *Fence) Admit(ctx context.Context, resource string, ep epoch.Epoch) error {
+	if ok, err := txretry.Nested(ctx, f, resource, ep); ok {
+		return err
+	}
 	return f.run(ctx, resource, ep, false, false, retryable, nil)
 }
 

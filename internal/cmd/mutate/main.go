@@ -130,6 +130,7 @@ var mutantSets = []struct {
 	{"liveness", livenessMutants},
 	{"redis", redisMutants},
 	{"fences", fencesMutants},
+	{"pg", pgMutants},
 }
 
 // mutantSet returns the mutants of a -set name.

@@ -110,8 +110,8 @@ var roundMutants = []mutant{
 	// pgtrigger's privilege checks.
 	{ID: "PT-fastpath", File: "storageguard/pgtrigger/guard.sql", Packages: pkTrigger, Run: runTrig,
 		What:        "the fast path ignores TRIGGER granted on a partition",
-		Original:    "AND a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner) THEN\n      RETURN NULL;",
-		Replacement: "AND a.privilege_type OPERATOR(pg_catalog.=) 'NONE' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner) THEN\n      RETURN NULL;"},
+		Original:    "AND a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner) THEN\n      RETURN COALESCE(NEW, OLD);",
+		Replacement: "AND a.privilege_type OPERATOR(pg_catalog.=) 'NONE' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner) THEN\n      RETURN COALESCE(NEW, OLD);"},
 	{ID: "PT-weakness", File: "storageguard/pgtrigger/guard.sql", Packages: pkTrigger, Run: runTrig,
 		What:        "weakness does not report TRIGGER granted to another role",
 		Original:    "     WHERE a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER' AND a.grantee OPERATOR(pg_catalog.<>) c.relowner",
