@@ -22,6 +22,9 @@
 //     (its commit, the journal's unlink, is synced only at EXTRA): power
 //     cuts on a filesystem that loses what was not synced
 //     (TestSQLitePowerLoss, powerfs) lost acknowledged raises in each.
+//     Open syncs the SQLite database file's name and the path of every
+//     directory on the way to it (SQLite syncs neither), so a database in
+//     a directory the application just created survives a power cut.
 //   - The context bounds the wait to get in (the lock, the check, the
 //     raise), never the hold: the transaction is begun under a context
 //     that the caller's cancellation does not reach (database/sql would

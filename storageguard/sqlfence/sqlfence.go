@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/internal/dirsync"
 	"github.com/termfence/termfence/storageguard/internal/txretry"
 )
 
@@ -159,6 +161,9 @@ func Open(ctx context.Context, db *sql.DB, d Dialect) (*Fence, error) {
 		return nil, fmt.Errorf("sqlfence: create fence table (%s): %w", d, err)
 	}
 	if d == SQLite {
+		if err := syncDatabasePath(ctx, db); err != nil {
+			return nil, err
+		}
 		err = f.retry(ctx, func() (err error) {
 			if f.stLock == nil {
 				if f.stLock, err = db.PrepareContext(ctx, f.qLock); err != nil {
@@ -176,6 +181,28 @@ func Open(ctx context.Context, db *sql.DB, d Dialect) (*Fence, error) {
 		}
 	}
 	return f, nil
+}
+
+// syncDatabasePath makes the name of a SQLite database file durable, with
+// the path of every directory on the way to it, before any raise in it is
+// acknowledged (I5). SQLite syncs the directory when it creates a journal
+// or WAL file, never for the database file itself, and never a parent:
+// a database in a directory the application just created (os.MkdirAll
+// syncs nothing) vanished at a power cut with every raise in it. An
+// in-memory or temporary database (an empty file name) has no path.
+func syncDatabasePath(ctx context.Context, db *sql.DB) error {
+	var file string
+	err := db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file)
+	if err != nil {
+		return fmt.Errorf("sqlfence: find the SQLite database's file: %w", err)
+	}
+	if file == "" {
+		return nil
+	}
+	if err := dirsync.Path(filepath.Dir(file)); err != nil {
+		return fmt.Errorf("sqlfence: sync the path of %s: %w", file, err)
+	}
+	return nil
 }
 
 // sqlMode is how an attempt locks the fence row.
