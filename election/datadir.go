@@ -22,8 +22,8 @@ var storeNoSync bool
 // syncDataDir makes the data directory durable from the first byte, before
 // raft reads or writes anything in it (docs/DESIGN.md I3): the entries of
 // dir (raft.db, which bbolt creates but never syncs the name of, and
-// snapshots/, which raft creates and never syncs the name of), the entries
-// of snapshots/, and the entry of dir and of each of its ancestors in its
+// snapshots/, which raft creates and never syncs the name of: call it once
+// both exist), and the entry of dir and of each of its ancestors in its
 // parent, up to the root. Whether a directory existed before this start
 // says nothing about whether its name is on disk: systemd's
 // StateDirectory= creates the data directory just before the first start
@@ -39,9 +39,6 @@ func syncDataDir(dir string) error {
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return err
-	}
-	if err := fsyncDir(filepath.Join(abs, snapshotsDir)); err != nil {
 		return err
 	}
 	if err := fsyncDir(abs); err != nil {

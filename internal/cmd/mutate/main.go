@@ -11,6 +11,7 @@
 //	go run ./internal/cmd/mutate -only EP3,E1b   # some
 //	go run ./internal/cmd/mutate -check          # only check that every snippet is found once
 //	go run ./internal/cmd/mutate -set round      # the round's new code (-set all: both)
+//	go run ./internal/cmd/mutate -set durable    # the syncs that make paths durable
 //
 // CI runs it only with TERMFENCE_MUTATE=1 (.ci/run): a full run took 21
 // minutes on a loaded two-core machine. PostgreSQL mutants need TERMFENCE_POSTGRES_DSN, as
@@ -40,7 +41,7 @@ func main() {
 		bound   = flag.Duration("timeout", 6*time.Minute, "time bound of one mutant's tests")
 		root    = flag.String("root", ".", "the module's root")
 		verbose = flag.Bool("v", false, "print the failing output of killed mutants")
-		set     = flag.String("set", "issue27", "which mutants: issue27 (issue 27's 48), round (the round's new code), all")
+		set     = flag.String("set", "issue27", "which mutants: issue27 (issue 27's 48), round (the round's new code), durable (the syncs of durable paths), all")
 	)
 	flag.Parse()
 	all, err := mutantSet(*set)
@@ -101,10 +102,12 @@ func mutantSet(name string) ([]mutant, error) {
 		return mutants, nil
 	case "round":
 		return roundMutants, nil
+	case "durable":
+		return durableMutants, nil
 	case "all":
-		return append(append([]mutant(nil), mutants...), roundMutants...), nil
+		return append(append(append([]mutant(nil), mutants...), roundMutants...), durableMutants...), nil
 	}
-	return nil, fmt.Errorf("-set %q: want issue27, round or all", name)
+	return nil, fmt.Errorf("-set %q: want issue27, round, durable or all", name)
 }
 
 func selected(all []mutant, only string) []mutant {

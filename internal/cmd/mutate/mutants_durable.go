@@ -1,0 +1,50 @@
+package main
+
+// Packages and -run patterns of the durable set.
+var (
+	pkDirsync     = []string{"./storageguard/internal/dirsync/"}
+	runDataDir    = "TestPowerCutPreexistingDataDir|TestPowerCutKeepsSnapshot|TestPowerCutKeepsTermAndVote$"
+	runBoltNewDir = "TestPowerLossNewDirectory"
+	runSQLNewDir  = "TestSQLitePowerLossNewDirectory"
+)
+
+// durableMutants remove, one at a time, each sync that makes a path
+// durable from the first byte: the election's data directory, its
+// snapshots, and the path of every file-backed fence (-set durable).
+var durableMutants = []mutant{
+	{ID: "DU-datadir-ancestors", File: "election/datadir.go", Packages: pkElection, Run: runDataDir,
+		What:        "the data directory's ancestors are not synced (a pre-existing, unsynced data directory vanishes)",
+		Original:    "\tfor p := abs; filepath.Dir(p) != p; p = filepath.Dir(p) {\n\t\terr := fsyncDir(filepath.Dir(p))",
+		Replacement: "\tfor p := abs; false; p = filepath.Dir(p) {\n\t\terr := fsyncDir(filepath.Dir(p))"},
+	{ID: "DU-datadir-self", File: "election/datadir.go", Packages: pkElection, Run: runDataDir,
+		What:        "the data directory itself is not synced (raft.db's name)",
+		Original:    "\tif err := fsyncDir(abs); err != nil {\n\t\treturn err\n\t}\n",
+		Replacement: "\n"},
+	{ID: "DU-snapdir", File: "election/raftnode.go", Packages: pkElection, Run: runDataDir,
+		What:        "the data directory is synced before raft creates snapshots/ (the old order)",
+		Original:    "\tsnaps, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, raftlog.New(c.Logger, \"snapshot\"))\n\tif err != nil {\n\t\t_ = store.Close()\n\t\treturn nil, nil, nil, fmt.Errorf(\"election: snapshot store: %w\", err)\n\t}\n\t// Everything raft and raft-boltdb created is in place: make its names\n\t// durable before raft reads or writes a term (datadir.go).\n\tif err := syncDataDir(dir); err != nil {\n\t\t_ = store.Close()\n\t\treturn nil, nil, nil, fmt.Errorf(\"election: sync data dir %s: %w\", dir, err)\n\t}\n",
+		Replacement: "\tif err := syncDataDir(dir); err != nil {\n\t\t_ = store.Close()\n\t\treturn nil, nil, nil, fmt.Errorf(\"election: sync data dir %s: %w\", dir, err)\n\t}\n\tsnaps, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, raftlog.New(c.Logger, \"snapshot\"))\n\tif err != nil {\n\t\t_ = store.Close()\n\t\treturn nil, nil, nil, fmt.Errorf(\"election: snapshot store: %w\", err)\n\t}\n"},
+	{ID: "DU-snapshot-own", File: "election/datadir.go", Packages: pkElection, Run: runDataDir,
+		What:        "a snapshot's own directory is not synced (its files' names)",
+		Original:    "\tif err := fsyncDir(filepath.Join(s.dir, sink.ID()+\".tmp\")); err != nil {",
+		Replacement: "\tif err := error(nil); err != nil {"},
+	{ID: "DU-dirsync-ancestors", File: "storageguard/internal/dirsync/dirsync.go",
+		Packages: append(append(append([]string(nil), pkDirsync...), pkCached[1]), pkSQL...), Run: "TestPathSurvivesCut|" + runBoltNewDir + "|" + runSQLNewDir,
+		What:        "a fence file's directory is synced, its ancestors are not",
+		Original:    "\tfor p := abs; filepath.Dir(p) != p; p = filepath.Dir(p) {\n",
+		Replacement: "\tfor p := abs; false; p = filepath.Dir(p) {\n"},
+	{ID: "DU-bolt-path", File: "storageguard/boltfence/boltfence.go", Packages: pkCached[1:], Run: runBoltNewDir,
+		What:        "boltfence's Open syncs no directory",
+		Original:    "\tif err := dirsync.Path(filepath.Dir(path)); err != nil {",
+		Replacement: "\tif err := error(nil); err != nil && dirsync.Path(filepath.Dir(path)) != nil {"},
+	{ID: "DU-sql-path", File: "storageguard/sqlfence/sqlfence.go", Packages: pkSQL, Run: runSQLNewDir,
+		What:        "sqlfence's Open does not sync the SQLite database's path",
+		Original:    "\t\tif err := syncDatabasePath(ctx, db); err != nil {\n\t\t\treturn nil, err\n\t\t}\n",
+		Replacement: "\t\t_ = syncDatabasePath\n"},
+
+	// The SQLite rule for the pool's other connections.
+	{ID: "DU-sql-raise-only", File: "storageguard/sqlfence/sqlfence.go", Packages: pkSQL, Run: "TestSQLiteOffConnection|TestSQLiteUndurable|TestSQLiteNotDurable",
+		What:        "only a raise checks its connection's settings (a same-epoch Tx commits at synchronous=OFF)",
+		Original:    "\t\tif err := dur.check(inserted); err != nil {",
+		Replacement: "\t\tif err := dur.check(inserted); inserted && err != nil {"},
+}
