@@ -26,6 +26,7 @@ const (
 func runPowerChild() {
 	runNodeChild()    // nodepower_linux_test.go
 	runDurableChild() // datadir_power_linux_test.go
+	runSearchChild()  // powersearch_linux_test.go
 	role := os.Getenv(envPowerChild)
 	if role == "" {
 		return

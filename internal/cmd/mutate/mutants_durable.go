@@ -3,7 +3,7 @@ package main
 // Packages and -run patterns of the durable set.
 var (
 	pkDirsync     = []string{"./storageguard/internal/dirsync/"}
-	runDataDir    = "TestPowerCutPreexistingDataDir|TestPowerCutKeepsSnapshot|TestPowerCutKeepsTermAndVote$"
+	runDataDir    = "TestPowerCutPreexistingDataDir|TestPowerCutKeepsSnapshot|TestPowerCutKeepsTermAndVote$|TestPowerSearch"
 	runBoltNewDir = "TestPowerLossNewDirectory"
 	runSQLNewDir  = "TestSQLitePowerLossNewDirectory"
 )
