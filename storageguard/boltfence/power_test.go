@@ -35,3 +35,13 @@ func TestPowerLossNewDirectory(t *testing.T) {
 	disk := powerfs.MountTest(t, powerfs.Options{})
 	fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 4, Path: "app/state/fence.db"})
 }
+
+// TestPowerLossSearch: power cuts over the directory states a fence file
+// can start in (fencetest.PowerOptions.SearchPaths): paths one to four
+// directories deep, made before the start in part, in whole or not at
+// all, the rest made by the raiser as it starts.
+func TestPowerLossSearch(t *testing.T) {
+	t.Parallel()
+	disk := powerfs.MountTest(t, powerfs.Options{})
+	fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 6, SearchPaths: true})
+}

@@ -94,3 +94,11 @@ func TestSQLitePowerLossNewDirectory(t *testing.T) {
 		})
 	}
 }
+
+// TestSQLitePowerLossSearch: power cuts over the directory states a
+// SQLite database can start in (fencetest.PowerOptions.SearchPaths).
+func TestSQLitePowerLossSearch(t *testing.T) {
+	t.Parallel()
+	disk := powerfs.MountTest(t, powerfs.Options{})
+	fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 6, Variant: "wal-full", SearchPaths: true})
+}

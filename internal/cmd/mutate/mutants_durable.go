@@ -4,8 +4,8 @@ package main
 var (
 	pkDirsync     = []string{"./storageguard/internal/dirsync/"}
 	runDataDir    = "TestPowerCutPreexistingDataDir|TestPowerCutKeepsSnapshot|TestPowerCutKeepsTermAndVote$|TestPowerSearch"
-	runBoltNewDir = "TestPowerLossNewDirectory"
-	runSQLNewDir  = "TestSQLitePowerLossNewDirectory"
+	runBoltNewDir = "TestPowerLossNewDirectory|TestPowerLossSearch"
+	runSQLNewDir  = "TestSQLitePowerLossNewDirectory|TestSQLitePowerLossSearch"
 )
 
 // durableMutants remove, one at a time, each sync that makes a path
