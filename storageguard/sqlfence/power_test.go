@@ -102,3 +102,20 @@ func TestSQLitePowerLossSearch(t *testing.T) {
 	disk := powerfs.MountTest(t, powerfs.Options{})
 	fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 6, Variant: "wal-full", SearchPaths: true})
 }
+
+// TestSQLitePowerLossPeers: a second handle on the database writes beside
+// the raisers, through a fence of its own, with other settings. At
+// synchronous=NORMAL in WAL (checkpoints synced) no acknowledged raise is
+// lost. At OFF its transactions are refused (ErrNotDurable): before they
+// were, its checkpoints wrote the raises' pages into the database
+// unsynced and its next commit reused the WAL over the frames that held
+// them, and a torn cut could lose an acknowledged raise.
+func TestSQLitePowerLossPeers(t *testing.T) {
+	for _, peer := range []string{"normal", "off"} {
+		t.Run(peer, func(t *testing.T) {
+			t.Parallel()
+			disk := powerfs.MountTest(t, powerfs.Options{})
+			fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 6, Variant: "wal-full+peer-" + peer})
+		})
+	}
+}

@@ -43,7 +43,7 @@ var durableMutants = []mutant{
 		Replacement: "\t\t_ = syncDatabasePath\n"},
 
 	// The SQLite rule for the pool's other connections.
-	{ID: "DU-sql-raise-only", File: "storageguard/sqlfence/sqlfence.go", Packages: pkSQL, Run: "TestSQLiteOffConnection|TestSQLiteUndurable|TestSQLiteNotDurable",
+	{ID: "DU-sql-raise-only", File: "storageguard/sqlfence/sqlfence.go", Packages: pkSQL, Run: "TestSQLiteOffConnection|TestSQLiteUndurable|TestSQLiteNotDurable|TestSQLitePowerLossPeers",
 		What:        "only a raise checks its connection's settings (a same-epoch Tx commits at synchronous=OFF)",
 		Original:    "\t\tif err := dur.check(inserted); err != nil {",
 		Replacement: "\t\tif err := dur.check(inserted); inserted && err != nil {"},
