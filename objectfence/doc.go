@@ -15,9 +15,11 @@
 // and Put reads and decides again, a bounded number of times
 // ([ErrContention]). [Store.Delete] writes a deletion marker the same way;
 // [Store.Get] returns an object with its epoch; [Store.PutData],
-// [Store.Commit] and [Store.Garbage] are the manifest pattern: immutable
-// data objects under unique names, made visible by one fenced write of a
-// manifest.
+// [Store.CommitOn] (or [Store.Commit]) and [Store.Garbage] are the manifest
+// pattern: immutable data objects under unique names, made visible by one
+// fenced write of a manifest. CommitOn writes the manifest only if it is
+// still the version its writer read, so that Garbage never lists an object
+// a manifest that can still be committed names.
 //
 // # Why not a storageguard.Fence
 //

@@ -56,6 +56,70 @@ func (s *Store) PutData(ctx context.Context, prefix string, body []byte, token s
 	return key, nil
 }
 
+// CommitOn is Commit conditioned on the manifest version its writer read:
+// read is the ETag of the manifest that Get returned (Object.ETag), or ""
+// if the writer found none (ErrNotFound). The manifest is written only if
+// it is still that version, under an epoch the fence admits (the same
+// refusals as Put), with one conditional PUT; if another Commit landed in
+// between it returns ErrManifestChanged and writes nothing, so that a
+// manifest built on an older version can never land over a newer one and
+// name what the newer one dropped. That is what makes Garbage safe: a
+// leader of term 9 that read M6 = {X6} while a deposed leader of term 7
+// committed M7 = {Y7}, after which Garbage listed X6 and the caller
+// deleted it, cannot commit {X6, Y9}: its CommitOn on M6's ETag fails.
+// It is not retried: a changed manifest must be read again.
+func (s *Store) CommitOn(ctx context.Context, manifestKey string, manifest []byte, token, read string) (Result, error) {
+	ep, err := s.verify(manifestKey, token)
+	if err != nil {
+		return Result{}, err
+	}
+	cur, err := s.read(ctx, manifestKey, ep)
+	if err != nil {
+		return Result{}, err
+	}
+	if cur.etag != read {
+		return Result{}, fmt.Errorf("%w: %q is at ETag %s, the manifest was built on %s", ErrManifestChanged, manifestKey, quoteETag(cur.etag), quoteETag(read))
+	}
+	var nonce [nonceLen]byte
+	if _, err := crand.Read(nonce[:]); err != nil {
+		return Result{}, fmt.Errorf("objectfence: nonce: %w", err)
+	}
+	data := encode(ep, nonce, kindData, manifest)
+	in := &s3.PutObjectInput{
+		Bucket:        aws.String(s.bucket),
+		Key:           aws.String(manifestKey),
+		Body:          bytes.NewReader(data),
+		ContentLength: aws.Int64(int64(len(data))),
+		Metadata:      map[string]string{MetaEpoch: ep.String()},
+	}
+	if read == "" {
+		in.IfNoneMatch = aws.String("*")
+	} else {
+		in.IfMatch = aws.String(read)
+	}
+	out, err := s.api.PutObject(ctx, in)
+	s.cache.drop(manifestKey)
+	if err != nil {
+		if lostRace(err) {
+			return Result{}, fmt.Errorf("%w: %q: %w", ErrManifestChanged, manifestKey, err)
+		}
+		return Result{}, fmt.Errorf("objectfence: commit %q: %w", manifestKey, err)
+	}
+	res := Result{Replaced: cur.etag, Epoch: ep, Previous: cur.epoch, Attempts: 1}
+	if out != nil && out.ETag != nil {
+		res.ETag = *out.ETag
+		s.cache.put(manifestKey, state{exists: true, etag: res.ETag, epoch: ep})
+	}
+	return res, nil
+}
+
+func quoteETag(etag string) string {
+	if etag == "" {
+		return "(none)"
+	}
+	return etag
+}
+
 // Garbage lists the data objects under prefix that no manifest can ever
 // name: those written by PutData under a term older than committed (the
 // epoch of the manifest now in the store, as Get returns it) and for which
@@ -64,6 +128,12 @@ func (s *Store) PutData(ctx context.Context, prefix string, body []byte, token s
 // for good and may be deleted. Objects of the committed term or newer are
 // never listed (their writer may still commit them), nor are keys not
 // named as PutData names them.
+//
+// "No manifest can ever name" holds only if every commit of the manifest
+// is a CommitOn on the version its writer read. With Commit, which
+// conditions only on the epoch, a newer leader that read an older manifest
+// (M6 = {X6}) before a deposed leader committed M7 = {Y7} can commit
+// {X6, Y9} after Garbage listed X6: a manifest naming a deleted object.
 //
 // The listing is the store's and may be incomplete on a store whose
 // listings are eventually consistent; what it misses is found by a later

@@ -32,6 +32,11 @@ var (
 	// or the key changed under every pair of reads. Nothing was written;
 	// the call may be repeated.
 	ErrContention = errors.New("objectfence: too much contention on the key")
+	// ErrManifestChanged is returned by CommitOn when the manifest is no
+	// longer the version its writer read: another Commit landed in
+	// between. Nothing was written; read the manifest again and build the
+	// new one from what it names now.
+	ErrManifestChanged = errors.New("objectfence: the manifest changed since it was read")
 )
 
 // DeletedError reports a key whose object is a deletion marker written by

@@ -69,7 +69,8 @@ func (s *Store) Put(ctx context.Context, key string, body []byte, token string) 
 // objects are written under unique names (PutData), one fenced Commit of
 // the manifest that names them makes them visible. A deposed writer's
 // Commit is refused, so its data objects are never named by the manifest;
-// Garbage lists them.
+// Garbage lists them. Commit conditions on the epoch only, not on the
+// manifest version its writer read: with Garbage, use CommitOn.
 func (s *Store) Commit(ctx context.Context, manifestKey string, manifest []byte, token string) (Result, error) {
 	return s.Put(ctx, manifestKey, manifest, token)
 }

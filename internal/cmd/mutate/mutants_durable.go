@@ -47,4 +47,15 @@ var durableMutants = []mutant{
 		What:        "only a raise checks its connection's settings (a same-epoch Tx commits at synchronous=OFF)",
 		Original:    "\t\tif err := dur.check(inserted); err != nil {",
 		Replacement: "\t\tif err := dur.check(inserted); inserted && err != nil {"},
+
+	// objectfence's commit on the manifest version read (its pkObject and
+	// versitygw, as the round's objectfence mutants).
+	{ID: "DU-commit-on-check", File: "objectfence/manifest.go", Packages: pkObject, Run: "TestCommitOn",
+		What:        "CommitOn does not check that the manifest is still the version read",
+		Original:    "\tif cur.etag != read {\n",
+		Replacement: "\tif false {\n"},
+	{ID: "DU-commit-on-ifmatch", File: "objectfence/manifest.go", Packages: pkObject, Run: "TestCommitOn",
+		What:        "CommitOn's PUT is not conditioned on the version read (a commit between its check and its PUT is overwritten)",
+		Original:    "\t\tin.IfMatch = aws.String(read)\n",
+		Replacement: "\t\t_ = read\n"},
 }
