@@ -38,7 +38,7 @@ func TestCommitOnGarbageScenario(t *testing.T) {
 		return k
 	}
 	x6 := data(e6)
-	if _, err := st.CommitOn(ctx, manifest, []byte(x6), tok(e6), ""); err != nil {
+	if _, err := st.CommitOn(ctx, manifest, []byte(x6), tok(e6), nil); err != nil {
 		t.Fatalf("first CommitOn (no manifest read): %v", err)
 	}
 	m6, err := st.Get(ctx, manifest) // the leader of term 9 reads M6
@@ -46,7 +46,7 @@ func TestCommitOnGarbageScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	y7 := data(e7)
-	if _, err := st.CommitOn(ctx, manifest, []byte(y7), tok(e7), m6.ETag); err != nil {
+	if _, err := st.CommitOn(ctx, manifest, []byte(y7), tok(e7), &m6); err != nil {
 		t.Fatalf("term 7's CommitOn on M6: %v", err)
 	}
 	m7, err := st.Get(ctx, manifest)
@@ -67,7 +67,7 @@ func TestCommitOnGarbageScenario(t *testing.T) {
 		}
 	}
 	y9 := data(e9)
-	_, err = st.CommitOn(ctx, manifest, []byte(x6+"\n"+y9), tok(e9), m6.ETag)
+	_, err = st.CommitOn(ctx, manifest, []byte(x6+"\n"+y9), tok(e9), &m6)
 	if !errors.Is(err, objectfence.ErrManifestChanged) {
 		t.Fatalf("term 9's CommitOn built on M6 after M7 landed = %v, want ErrManifestChanged", err)
 	}
@@ -81,7 +81,7 @@ func TestCommitOnGarbageScenario(t *testing.T) {
 	}
 	next := strings.Split(string(m7again.Body), "\n")
 	next = append(next, y9)
-	if _, err := st.CommitOn(ctx, manifest, []byte(strings.Join(next, "\n")), tok(e9), m7again.ETag); err != nil {
+	if _, err := st.CommitOn(ctx, manifest, []byte(strings.Join(next, "\n")), tok(e9), &m7again); err != nil {
 		t.Fatalf("term 9's CommitOn on M7: %v", err)
 	}
 	final, err := st.Get(ctx, manifest)
@@ -94,7 +94,7 @@ func TestCommitOnGarbageScenario(t *testing.T) {
 		}
 	}
 	// The deposed leader of term 7 can no longer commit, whatever it read.
-	if _, err := st.CommitOn(ctx, manifest, []byte(y7), tok(e7), final.ETag); !errors.Is(err, storageguard.ErrStale) {
+	if _, err := st.CommitOn(ctx, manifest, []byte(y7), tok(e7), &final); !errors.Is(err, storageguard.ErrStale) {
 		t.Fatalf("term 7's CommitOn after term 9's = %v, want ErrStale", err)
 	}
 }
@@ -126,7 +126,7 @@ func TestCommitOnRaceAtTheStore(t *testing.T) {
 			}
 		}}
 	})
-	if _, err := st.CommitOn(ctx, manifest, []byte("v1 and more"), tok(ep("c", 6, "b")), m.ETag); !errors.Is(err, objectfence.ErrManifestChanged) {
+	if _, err := st.CommitOn(ctx, manifest, []byte("v1 and more"), tok(ep("c", 6, "b")), &m); !errors.Is(err, objectfence.ErrManifestChanged) {
 		t.Fatalf("CommitOn with a commit landed before its PUT = %v, want ErrManifestChanged", err)
 	}
 	if now, err := other.Get(ctx, manifest); err != nil || string(now.Body) != "v2" {
@@ -145,31 +145,109 @@ func (c interleave) PutObject(ctx context.Context, in *s3.PutObjectInput, opts .
 	return c.API.PutObject(ctx, in, opts...)
 }
 
-// TestCommitOnStaleReadSendsNoPut: a CommitOn on a version that is no
-// longer current is refused from its read, before any PUT reaches the
-// store; so is one that read no manifest where there is one.
-func TestCommitOnStaleReadSendsNoPut(t *testing.T) {
+// TestCommitOnCost: a CommitOn on a manifest Get verified, or on the
+// writer's own last commit (Result.Committed), is one request, the
+// conditional PUT; a stale one is refused by the store and writes
+// nothing. On an Object whose ETag Get did not verify (built by hand),
+// CommitOn reads first and refuses a stale one before any PUT.
+func TestCommitOnCost(t *testing.T) {
 	ctx := context.Background()
 	manifest := key(t)
-	puts := 0
-	st := newStore(t, nil, func(cfg *objectfence.Config) { cfg.Client = countingPuts{API: cfg.Client, n: &puts} })
-	if _, err := st.CommitOn(ctx, manifest, []byte("v1"), tok(ep("c", 5, "a")), ""); err != nil {
+	var puts, heads int
+	st := newStore(t, nil, func(cfg *objectfence.Config) {
+		cfg.Client = countingPuts{API: countingHeads{API: cfg.Client, n: &heads}, n: &puts}
+	})
+	r1, err := st.CommitOn(ctx, manifest, []byte("v1"), tok(ep("c", 5, "a")), nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	m1, err := st.Get(ctx, manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.CommitOn(ctx, manifest, []byte("v2"), tok(ep("c", 5, "a")), m1.ETag); err != nil {
+	if r1.Committed() == nil || r1.Committed().ETag != m1.ETag {
+		t.Fatalf("Committed() = %+v, want the manifest at %s", r1.Committed(), m1.ETag)
+	}
+	puts, heads = 0, 0
+	r2, err := st.CommitOn(ctx, manifest, []byte("v2"), tok(ep("c", 5, "a")), &m1)
+	if err != nil {
 		t.Fatal(err)
 	}
-	puts = 0
-	for _, read := range []string{m1.ETag, ""} {
-		if _, err := st.CommitOn(ctx, manifest, []byte("v3"), tok(ep("c", 6, "b")), read); !errors.Is(err, objectfence.ErrManifestChanged) {
-			t.Fatalf("CommitOn on read %q = %v, want ErrManifestChanged", read, err)
+	if _, err := st.CommitOn(ctx, manifest, []byte("v3"), tok(ep("c", 5, "a")), r2.Committed()); err != nil {
+		t.Fatalf("CommitOn on the writer's own last commit: %v", err)
+	}
+	if puts != 2 || heads != 0 {
+		t.Fatalf("two CommitOns on verified versions sent %d PUTs and %d HEADs, want 2 and 0", puts, heads)
+	}
+	for _, read := range []*objectfence.Object{&m1, r1.Committed(), nil} {
+		if _, err := st.CommitOn(ctx, manifest, []byte("stale"), tok(ep("c", 6, "b")), read); !errors.Is(err, objectfence.ErrManifestChanged) {
+			t.Fatalf("CommitOn on a stale version = %v, want ErrManifestChanged", err)
 		}
 	}
-	if puts != 0 {
-		t.Fatalf("refused CommitOns sent %d PUTs, want none", puts)
+	byHand := &objectfence.Object{Key: manifest, ETag: m1.ETag, Epoch: m1.Epoch}
+	puts = 0
+	if _, err := st.CommitOn(ctx, manifest, []byte("stale"), tok(ep("c", 6, "b")), byHand); !errors.Is(err, objectfence.ErrManifestChanged) || puts != 0 {
+		t.Fatalf("CommitOn on an unverified stale version = %v after %d PUTs, want ErrManifestChanged before any", err, puts)
 	}
+	if now, err := st.Get(ctx, manifest); err != nil || string(now.Body) != "v3" {
+		t.Fatalf("manifest = %q, %v; want \"v3\"", now.Body, err)
+	}
+}
+
+// countingHeads counts the HeadObject calls that reach the store.
+type countingHeads struct {
+	objectfence.API
+	n *int
+}
+
+func (c countingHeads) HeadObject(ctx context.Context, in *s3.HeadObjectInput, opts ...func(*s3.Options)) (*s3.HeadObjectOutput, error) {
+	*c.n++
+	return c.API.HeadObject(ctx, in, opts...)
+}
+
+// TestGetTornETag: a GET whose ETag is not the MD5 of the bytes it
+// returned (versitygw's posix backend reads them one after the other, by
+// path: one write's ETag with another's body) is read again; a store that
+// keeps tearing gets ErrContention, never an Object whose ETag names
+// another write than its body. The old Get returned the pair as it came.
+func TestGetTornETag(t *testing.T) {
+	ctx := context.Background()
+	k := key(t)
+	writer := newStore(t, nil, nil)
+	if _, err := writer.Put(ctx, k, []byte("first"), tok(ep("c", 1, "a"))); err != nil {
+		t.Fatal(err)
+	}
+	other, err := writer.Put(ctx, key(t), []byte("another write"), tok(ep("c", 1, "a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tears := 1
+	st := newStore(t, nil, func(cfg *objectfence.Config) {
+		cfg.Client = tearing{API: cfg.Client, etag: other.ETag, left: &tears}
+	})
+	o, err := st.Get(ctx, k)
+	if err != nil || string(o.Body) != "first" || o.ETag == other.ETag {
+		t.Fatalf("Get after one torn read = %q at %s, %v; want \"first\" at its own ETag", o.Body, o.ETag, err)
+	}
+	tears = 1 << 30
+	if o, err := st.Get(ctx, k); !errors.Is(err, objectfence.ErrContention) {
+		t.Fatalf("Get on a store that always tears = %q at %s, %v; want ErrContention", o.Body, o.ETag, err)
+	}
+}
+
+// tearing answers GetObject with etag in place of the object's own, left
+// times.
+type tearing struct {
+	objectfence.API
+	etag string
+	left *int
+}
+
+func (c tearing) GetObject(ctx context.Context, in *s3.GetObjectInput, opts ...func(*s3.Options)) (*s3.GetObjectOutput, error) {
+	out, err := c.API.GetObject(ctx, in, opts...)
+	if err == nil && *c.left > 0 {
+		*c.left--
+		out.ETag = aws.String(c.etag)
+	}
+	return out, err
 }

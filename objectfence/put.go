@@ -37,7 +37,15 @@ type Result struct {
 	// Cached is true when the write was conditioned on the ETag this Store
 	// remembered from its own last write of the key, with no read first.
 	Cached bool
+
+	// committed is the manifest as CommitOn wrote it (Committed).
+	committed *Object
 }
+
+// Committed returns the manifest as CommitOn wrote it, for the writer's
+// next CommitOn on it without reading it back (nil for a Result of any
+// other call).
+func (r Result) Committed() *Object { return r.committed }
 
 // Put writes body to key under the epoch token carries, fenced: it verifies
 // token, reads the object's epoch and ETag, refuses an older epoch
