@@ -373,12 +373,12 @@ func searchRead(t *testing.T, disk *powerfs.Disk, env []string) []string {
 }
 
 // TestPowerSearch: the randomized search over start environments, power
-// cuts and snapshots (see above). 4 cuts of 5 nodes in CI; with
+// cuts and snapshots (see above). 3 cuts of 4 nodes in CI; with
 // TERMFENCE_LONG, 30 cuts of 6. TERMFENCE_POWERSEARCH_SEED replays a run's
 // choices.
 func TestPowerSearch(t *testing.T) {
 	t.Parallel()
-	cuts, trials := 4, 5
+	cuts, trials := 3, 4
 	if os.Getenv("TERMFENCE_LONG") != "" {
 		cuts, trials = 30, 6
 	}

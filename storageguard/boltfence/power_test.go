@@ -43,5 +43,5 @@ func TestPowerLossNewDirectory(t *testing.T) {
 func TestPowerLossSearch(t *testing.T) {
 	t.Parallel()
 	disk := powerfs.MountTest(t, powerfs.Options{})
-	fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 6, SearchPaths: true})
+	fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 4, SearchPaths: true})
 }

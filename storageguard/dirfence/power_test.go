@@ -32,5 +32,5 @@ func TestDirPowerLossControl(t *testing.T) {
 func TestDirPowerLossSearch(t *testing.T) {
 	t.Parallel()
 	disk := powerfs.MountTest(t, powerfs.Options{})
-	fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 6, Procs: 2, SearchPaths: true})
+	fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 4, Procs: 2, SearchPaths: true})
 }

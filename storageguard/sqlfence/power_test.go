@@ -100,7 +100,7 @@ func TestSQLitePowerLossNewDirectory(t *testing.T) {
 func TestSQLitePowerLossSearch(t *testing.T) {
 	t.Parallel()
 	disk := powerfs.MountTest(t, powerfs.Options{})
-	fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 6, Variant: "wal-full", SearchPaths: true})
+	fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 4, Variant: "wal-full", SearchPaths: true})
 }
 
 // TestSQLitePowerLossPeers: a second handle on the database writes beside
@@ -115,7 +115,7 @@ func TestSQLitePowerLossPeers(t *testing.T) {
 		t.Run(peer, func(t *testing.T) {
 			t.Parallel()
 			disk := powerfs.MountTest(t, powerfs.Options{})
-			fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 6, Variant: "wal-full+peer-" + peer})
+			fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 4, Variant: "wal-full+peer-" + peer})
 		})
 	}
 }
