@@ -24,7 +24,9 @@ const (
 
 // runPowerChild plays a child's part and exits; elsewhere it returns.
 func runPowerChild() {
-	runNodeChild() // nodepower_linux_test.go
+	runNodeChild()    // nodepower_linux_test.go
+	runDurableChild() // datadir_power_linux_test.go
+	runSearchChild()  // powersearch_linux_test.go
 	role := os.Getenv(envPowerChild)
 	if role == "" {
 		return

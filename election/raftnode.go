@@ -159,7 +159,6 @@ func (n *raftNode) openStores(c Config) (raft.LogStore, raft.StableStore, raft.S
 		return s, s, raft.NewInmemSnapshotStore(), nil
 	}
 	dir := c.DataDir
-	existing := firstExisting(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, nil, fmt.Errorf("election: data dir: %w", err)
 	}
@@ -176,10 +175,6 @@ func (n *raftNode) openStores(c Config) (raft.LogStore, raft.StableStore, raft.S
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("election: opening %s: %w", path, err)
 	}
-	if err := syncDataDir(dir, existing); err != nil {
-		_ = store.Close()
-		return nil, nil, nil, fmt.Errorf("election: sync data dir %s: %w", dir, err)
-	}
 	logs, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {
 		_ = store.Close()
@@ -190,8 +185,14 @@ func (n *raftNode) openStores(c Config) (raft.LogStore, raft.StableStore, raft.S
 		_ = store.Close()
 		return nil, nil, nil, fmt.Errorf("election: snapshot store: %w", err)
 	}
+	// Everything raft and raft-boltdb created is in place: make its names
+	// durable before raft reads or writes a term (datadir.go).
+	if err := syncDataDir(dir); err != nil {
+		_ = store.Close()
+		return nil, nil, nil, fmt.Errorf("election: sync data dir %s: %w", dir, err)
+	}
 	n.bolt = store
-	return logs, store, snaps, nil
+	return logs, store, durableSnapshots{FileSnapshotStore: snaps, dir: filepath.Join(dir, snapshotsDir)}, nil
 }
 
 // closeStores closes the bolt store, if any. Call it once raft is shut

@@ -15,9 +15,11 @@
 // and Put reads and decides again, a bounded number of times
 // ([ErrContention]). [Store.Delete] writes a deletion marker the same way;
 // [Store.Get] returns an object with its epoch; [Store.PutData],
-// [Store.Commit] and [Store.Garbage] are the manifest pattern: immutable
-// data objects under unique names, made visible by one fenced write of a
-// manifest.
+// [Store.CommitOn] (or [Store.Commit]) and [Store.Garbage] are the manifest
+// pattern: immutable data objects under unique names, made visible by one
+// fenced write of a manifest. CommitOn writes the manifest only if it is
+// still the version its writer read, so that Garbage never lists an object
+// a manifest that can still be committed names.
 //
 // # Why not a storageguard.Fence
 //
@@ -67,6 +69,27 @@
 // An object whose fencing metadata or header is malformed (read back from
 // the store, so untrusted) is refused with [ErrBadObject], never written
 // over and never returned.
+//
+// # Keys
+//
+// A key is in one canonical form, so that one object has one key: '/'
+// separates non-empty segments (no leading, doubled or trailing '/'), and
+// no segment is "." or "..". Anything else is refused with
+// storageguard.ErrBadResource before the store is touched: a store that
+// maps keys to file paths (versitygw's posix backend) names one file by
+// "p//x", "p/./x", "/p/x" and "p/q/../x" but orders writes to each
+// spelling apart, so a deposed writer's Put under one spelling could land
+// after a newer epoch's under another.
+//
+// # Permissions
+//
+// A fenced write reads before it writes, so the credentials need
+// s3:GetObject and s3:PutObject on the keys, and s3:ListBucket on the
+// bucket: without s3:ListBucket, S3 answers the HEAD of a missing key
+// with 403 Forbidden instead of 404, and Put cannot tell a key that does
+// not exist from one it may not read, so it cannot create keys (the 403 is
+// returned as the store's error). Garbage lists the prefix (s3:ListBucket)
+// and the caller deletes what it returns (s3:DeleteObject).
 //
 // # Non-guarantees
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/storageguard"
 )
 
 // A data object's name is prefix + "<term>.<nonce>": the term as 20
@@ -56,6 +57,93 @@ func (s *Store) PutData(ctx context.Context, prefix string, body []byte, token s
 	return key, nil
 }
 
+// CommitOn is Commit conditioned on the manifest version its writer read:
+// read is the manifest as Get returned it, or nil if the writer found none
+// (ErrNotFound). The manifest is written only if it is still that version,
+// under an epoch the fence admits (the same refusals as Put), with one
+// conditional PUT; if another Commit landed in between it returns
+// ErrManifestChanged and writes nothing, so that a manifest built on an
+// older version can never land over a newer one and name what the newer
+// one dropped. That is what makes Garbage safe: a leader of term 9 that
+// read M6 = {X6} while a deposed leader of term 7 committed M7 = {Y7},
+// after which Garbage listed X6 and the caller deleted it, cannot commit
+// {X6, Y9}: its CommitOn on M6 fails. It is not retried: a changed
+// manifest must be read again.
+//
+// Cost: when Get verified read's ETag (the MD5 of the bytes it read, so
+// it names the write whose epoch read carries), CommitOn sends the PUT
+// alone, conditioned on that ETag: if it lands, the object it replaced was
+// that write, and the epoch was decided on that write's epoch. Otherwise
+// (a store whose ETags are not MD5s, an Object built by hand) it first
+// reads the manifest's ETag and epoch as Put does (two HEADs) and refuses
+// at once if the ETag is not read's.
+func (s *Store) CommitOn(ctx context.Context, manifestKey string, manifest []byte, token string, read *Object) (Result, error) {
+	ep, err := s.verify(manifestKey, token)
+	if err != nil {
+		return Result{}, err
+	}
+	if read != nil && read.Key != manifestKey {
+		return Result{}, fmt.Errorf("objectfence: CommitOn %q: read is the object of %q", manifestKey, read.Key)
+	}
+	var cur state // the version the PUT is conditioned on
+	switch {
+	case read == nil:
+		// If-None-Match: * decides at the store.
+	case read.verified:
+		cur = state{exists: true, etag: read.ETag, epoch: read.Epoch}
+		if _, err := storageguard.Decide(manifestKey, cur.epoch, ep); err != nil {
+			return Result{}, err
+		}
+	default:
+		if cur, err = s.read(ctx, manifestKey, ep); err != nil {
+			return Result{}, err
+		}
+		if cur.etag != read.ETag {
+			return Result{}, fmt.Errorf("%w: %q is at ETag %s, the manifest was built on %s", ErrManifestChanged, manifestKey, quoteETag(cur.etag), quoteETag(read.ETag))
+		}
+	}
+	var nonce [nonceLen]byte
+	if _, err := crand.Read(nonce[:]); err != nil {
+		return Result{}, fmt.Errorf("objectfence: nonce: %w", err)
+	}
+	data := encode(ep, nonce, kindData, manifest)
+	in := &s3.PutObjectInput{
+		Bucket:        aws.String(s.bucket),
+		Key:           aws.String(manifestKey),
+		Body:          bytes.NewReader(data),
+		ContentLength: aws.Int64(int64(len(data))),
+		Metadata:      map[string]string{MetaEpoch: ep.String()},
+	}
+	if read == nil {
+		in.IfNoneMatch = aws.String("*")
+	} else {
+		in.IfMatch = aws.String(read.ETag)
+	}
+	out, err := s.api.PutObject(ctx, in)
+	s.cache.drop(manifestKey)
+	if err != nil {
+		if lostRace(err) {
+			return Result{}, fmt.Errorf("%w: %q: %w", ErrManifestChanged, manifestKey, err)
+		}
+		return Result{}, fmt.Errorf("objectfence: commit %q: %w", manifestKey, err)
+	}
+	res := Result{Replaced: cur.etag, Epoch: ep, Previous: cur.epoch, Attempts: 1}
+	if out != nil && out.ETag != nil {
+		res.ETag = *out.ETag
+		s.cache.put(manifestKey, state{exists: true, etag: res.ETag, epoch: ep})
+		_, match := etagOf(res.ETag, data)
+		res.committed = &Object{Key: manifestKey, Body: append([]byte(nil), manifest...), Epoch: ep, ETag: res.ETag, verified: match}
+	}
+	return res, nil
+}
+
+func quoteETag(etag string) string {
+	if etag == "" {
+		return "(none)"
+	}
+	return etag
+}
+
 // Garbage lists the data objects under prefix that no manifest can ever
 // name: those written by PutData under a term older than committed (the
 // epoch of the manifest now in the store, as Get returns it) and for which
@@ -64,6 +152,12 @@ func (s *Store) PutData(ctx context.Context, prefix string, body []byte, token s
 // for good and may be deleted. Objects of the committed term or newer are
 // never listed (their writer may still commit them), nor are keys not
 // named as PutData names them.
+//
+// "No manifest can ever name" holds only if every commit of the manifest
+// is a CommitOn on the version its writer read. With Commit, which
+// conditions only on the epoch, a newer leader that read an older manifest
+// (M6 = {X6}) before a deposed leader committed M7 = {Y7} can commit
+// {X6, Y9} after Garbage listed X6: a manifest naming a deleted object.
 //
 // The listing is the store's and may be incomplete on a store whose
 // listings are eventually consistent; what it misses is found by a later

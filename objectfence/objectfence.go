@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -31,6 +32,11 @@ var (
 	// or the key changed under every pair of reads. Nothing was written;
 	// the call may be repeated.
 	ErrContention = errors.New("objectfence: too much contention on the key")
+	// ErrManifestChanged is returned by CommitOn when the manifest is no
+	// longer the version its writer read: another Commit landed in
+	// between. Nothing was written; read the manifest again and build the
+	// new one from what it names now.
+	ErrManifestChanged = errors.New("objectfence: the manifest changed since it was read")
 )
 
 // DeletedError reports a key whose object is a deletion marker written by
@@ -158,13 +164,27 @@ func (s *Store) verify(key, token string) (epoch.Epoch, error) {
 }
 
 // validKey refuses what S3 refuses as a key: empty, longer than 1024 bytes
-// (storageguard.MaxResourceLen, the same bound), or not UTF-8.
+// (storageguard.MaxResourceLen, the same bound), or not UTF-8; and every
+// key not in the one canonical form that gives one object one key: '/'
+// separates non-empty segments (no leading, doubled or trailing '/'), and
+// no segment is "." or "..". A store that maps keys to file paths
+// (versitygw's posix backend) names one file by "p//x", "p/./x", "/p/x"
+// and "p/q/../x", yet conditions and locks each spelling apart: an older
+// epoch's Put under one spelling landed after a newer one's under another.
 func validKey(key string) error {
 	if err := storageguard.ValidateResource(key); err != nil {
 		return err
 	}
 	if !utf8.ValidString(key) {
 		return fmt.Errorf("%w: objectfence: key is not UTF-8", storageguard.ErrBadResource)
+	}
+	for i, seg := range strings.Split(key, "/") {
+		switch seg {
+		case "":
+			return fmt.Errorf("%w: objectfence: key %q has an empty segment (a leading, doubled or trailing '/') at segment %d: keys are in canonical form", storageguard.ErrBadResource, key, i+1)
+		case ".", "..":
+			return fmt.Errorf("%w: objectfence: key %q has a %q segment: keys are in canonical form", storageguard.ErrBadResource, key, seg)
+		}
 	}
 	return nil
 }

@@ -37,17 +37,28 @@ type Result struct {
 	// Cached is true when the write was conditioned on the ETag this Store
 	// remembered from its own last write of the key, with no read first.
 	Cached bool
+
+	// committed is the manifest as CommitOn wrote it (Committed).
+	committed *Object
 }
+
+// Committed returns the manifest as CommitOn wrote it, for the writer's
+// next CommitOn on it without reading it back (nil for a Result of any
+// other call).
+func (r Result) Committed() *Object { return r.committed }
 
 // Put writes body to key under the epoch token carries, fenced: it verifies
 // token, reads the object's epoch and ETag, refuses an older epoch
 // (*storageguard.StaleError), another leader's epoch of the same term
 // (*storageguard.ConflictError) or another cluster's
 // (*storageguard.ForeignError), and writes with If-Match on the ETag it
-// read (If-None-Match: * when there is no object). A 412 or 409 means
-// another writer got in between: Put reads again and decides again, at most
-// Config.MaxAttempts times, then returns ErrContention. Put never writes
-// over an object whose fencing metadata is malformed (ErrBadObject).
+// read (If-None-Match: * when there is no object). A 412, or a 409 with
+// the code ConditionalRequestConflict or OperationAborted, means another
+// writer got in between: Put reads again and decides again, at most
+// Config.MaxAttempts times, then returns ErrContention. Any other 409 (a
+// key that names a directory: ExistingObjectIsDirectory) is returned as
+// the store's error at once. Put never writes over an object whose fencing
+// metadata is malformed (ErrBadObject).
 //
 // No write under an epoch e lands after a write under a newer epoch of the
 // same cluster landed on the same key (through this package). An error
@@ -66,7 +77,8 @@ func (s *Store) Put(ctx context.Context, key string, body []byte, token string) 
 // objects are written under unique names (PutData), one fenced Commit of
 // the manifest that names them makes them visible. A deposed writer's
 // Commit is refused, so its data objects are never named by the manifest;
-// Garbage lists them.
+// Garbage lists them. Commit conditions on the epoch only, not on the
+// manifest version its writer read: with Garbage, use CommitOn.
 func (s *Store) Commit(ctx context.Context, manifestKey string, manifest []byte, token string) (Result, error) {
 	return s.Put(ctx, manifestKey, manifest, token)
 }
@@ -229,12 +241,27 @@ func (s *Store) head(ctx context.Context, key string) (state, error) {
 
 // lostRace reports whether err is the store's answer that the condition
 // failed, so another writer got in between: 412 Precondition Failed, 409
-// ConditionalRequestConflict, or 404 for If-Match on an object that is
-// gone. Nothing was written.
+// ConditionalRequestConflict (or OperationAborted, S3's answer while a
+// conflicting conditional request is in progress), or 404 for If-Match on
+// an object that is gone. Nothing was written. Any other 409 is told apart
+// by its code and is no race: a retry cannot help (versitygw's
+// ExistingObjectIsDirectory, for a key that names a directory of its
+// posix backend, or ObjectParentIsFile), so it is returned as it is, not
+// retried and reported as contention.
 func lostRace(err error) bool {
 	switch status(err) {
-	case http.StatusPreconditionFailed, http.StatusConflict:
+	case http.StatusPreconditionFailed:
 		return true
+	case http.StatusConflict:
+		var ae interface{ ErrorCode() string }
+		if !errors.As(err, &ae) {
+			return true // a 409 without a code: taken as the race S3 documents
+		}
+		switch ae.ErrorCode() {
+		case "ConditionalRequestConflict", "OperationAborted":
+			return true
+		}
+		return false
 	case http.StatusNotFound:
 		// Not NoSuchBucket: that is no race, and retrying cannot help.
 		var ae interface{ ErrorCode() string }

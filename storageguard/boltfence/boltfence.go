@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
+	"github.com/termfence/termfence/storageguard/internal/dirsync"
 )
 
 // ErrLocked is returned by Open when another process holds the fence file
@@ -38,8 +37,9 @@ var bucket = []byte("termfence_fence")
 // cached in memory (a storageguard.Cached fence over the file). A write
 // under the current epoch therefore touches no disk. A raise is one bbolt
 // transaction, fsynced before Do runs the write or Admit returns; Open
-// fsyncs the file's directory, so that a file it created survives a power
-// cut too.
+// fsyncs the file's directory and each of its ancestors, so that a file it
+// created, in a directory the application may just have created, survives
+// a power cut too.
 type Fence struct {
 	cache *storageguard.Cached
 	db    *bolt.DB
@@ -69,27 +69,15 @@ func Open(path string) (*Fence, error) {
 		return nil, fmt.Errorf("boltfence: init %s: %w", path, err)
 	}
 	// bbolt fsyncs the file, never its directory: a file it just created
-	// could vanish in a power cut, and every raise with it (I5). Sync the
-	// directory entry once, before any raise is acknowledged.
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	// could vanish in a power cut, and every raise with it (I5), and so
+	// could a directory the application just created for it. Sync the
+	// file's name and its directory's whole path once, before any raise is
+	// acknowledged.
+	if err := dirsync.Path(filepath.Dir(path)); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("boltfence: sync the directory of %s: %w", path, err)
 	}
 	return &Fence{cache: storageguard.NewCached(store{db}), db: db}, nil
-}
-
-// syncDir fsyncs a directory, so that the names in it are durable. Windows
-// cannot open a directory for fsync and needs none.
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // store is the storageguard.Store of a Fence: the bbolt file.

@@ -25,3 +25,12 @@ func TestDirPowerLossControl(t *testing.T) {
 	disk := powerfs.MountTest(t, powerfs.Options{})
 	fencetest.PowerLossControl(t, durable, disk, fencetest.PowerOptions{Procs: 2, Variant: "nosync"})
 }
+
+// TestDirPowerLossSearch: power cuts over the directory states a fence
+// directory can start in (fencetest.PowerOptions.SearchPaths), with two
+// raisers.
+func TestDirPowerLossSearch(t *testing.T) {
+	t.Parallel()
+	disk := powerfs.MountTest(t, powerfs.Options{})
+	fencetest.PowerLoss(t, durable, disk, fencetest.PowerOptions{Rounds: 4, Procs: 2, SearchPaths: true})
+}

@@ -55,6 +55,21 @@ type PowerOptions struct {
 	Procs int
 	// Variant is passed to the children in VariantEnv.
 	Variant string
+	// Path is where the fence's state lives, relative to the disk's mount
+	// point; "" means "fence". The directories on its way that are
+	// missing are created before the first round with os.MkdirAll, which
+	// syncs nothing, as an application that just made a directory for
+	// the fence leaves them: the fence must make its own path durable.
+	Path string
+	// SearchPaths searches the directory states a fence can start in:
+	// before the first round, and before about one round in three after
+	// it, the fence moves to a new path one to four directories deep
+	// below the disk (Path is ignored). A random number of those
+	// directories, from none to all, was made before by "another
+	// process"; the raisers make the rest as they start; both with
+	// os.MkdirAll, which syncs nothing. The first cut after a move is
+	// whole. PowerReport.Paths counts the paths.
+	SearchPaths bool
 	// Seed seeds PowerLoss's own choices (how many acks to wait for, when
 	// to cut, which cuts tear, which rounds fail a sync); zero means
 	// PowerSeedEnv if set, else the clock. The seed is in PowerReport. The
@@ -69,6 +84,9 @@ const PowerSeedEnv = "TERMFENCE_POWERLOSS_SEED"
 // PowerReport is what a PowerLoss run did and found.
 type PowerReport struct {
 	Rounds, Acks, Refusals, Errors, FailedSyncs, TornCuts int
+	// Paths is how many paths the fence lived at (SearchPaths), and
+	// Made how many of them had every directory made before the start.
+	Paths, Made int
 	// Seed is the seed of PowerLoss's choices (PowerOptions.Seed).
 	Seed uint64
 	// Violation is the first broken promise, or "".
@@ -79,6 +97,7 @@ type PowerReport struct {
 const (
 	envProcID = "TERMFENCE_FENCETEST_PROC" // racer: its number
 	envPower  = "TERMFENCE_FENCETEST_POWER_RESOURCE"
+	envMkdir  = "TERMFENCE_FENCETEST_MKDIR" // racer: make the fence's directory first
 )
 
 const powerResource = "power"
@@ -90,6 +109,14 @@ const powerResource = "power"
 // and then it opens the fence again.
 func childRacer(d Durable) int {
 	path := os.Getenv(envPath)
+	if os.Getenv(envMkdir) != "" {
+		// The application makes the fence's directory as it starts
+		// (os.MkdirAll, which syncs nothing): PowerOptions.SearchPaths.
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "mkdir:", err)
+			return 1
+		}
+	}
 	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
 	rng := rand.New(rand.NewPCG(seed, uint64(os.Getpid())))
 	out := bufio.NewWriter(os.Stdout)
@@ -199,7 +226,7 @@ func PowerLoss(t *testing.T, d Durable, disk PowerDisk, opts PowerOptions) Power
 	if r.Acks == 0 {
 		t.Fatalf("power loss: no raise was acknowledged in %d rounds", r.Rounds)
 	}
-	t.Logf("power loss: %d cuts (%d torn), %d raises acknowledged, %d refusals, %d failed syncs, %d errors reported", r.Rounds, r.TornCuts, r.Acks, r.Refusals, r.FailedSyncs, r.Errors)
+	t.Logf("power loss: %d cuts (%d torn), %d raises acknowledged, %d refusals, %d failed syncs, %d errors reported, %d paths (%d made whole before the start)", r.Rounds, r.TornCuts, r.Acks, r.Refusals, r.FailedSyncs, r.Errors, r.Paths, r.Made)
 	return r
 }
 
@@ -247,7 +274,16 @@ func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 	if os.Getenv(LongEnv) != "" {
 		rounds *= 10
 	}
-	path := filepath.Join(disk.Dir(), "fence")
+	rel := opts.Path
+	if rel == "" {
+		rel = "fence"
+	}
+	path := filepath.Join(disk.Dir(), rel)
+	_, err := os.Stat(filepath.Dir(path))
+	madeDirs := errors.Is(err, os.ErrNotExist)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatalf("power loss: create the fence's directory: %v", err)
+	}
 	seed := opts.Seed
 	if v := os.Getenv(PowerSeedEnv); v != "" && seed == 0 {
 		var err error
@@ -261,8 +297,29 @@ func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	rep := PowerReport{Seed: seed}
 	var floorAck, floorRefused uint64 // highest acknowledged; highest refused
+	moved := false
 	for round := 0; round < rounds; round++ {
 		rep.Rounds++
+		if opts.SearchPaths && (round == 0 || rng.IntN(3) == 0) {
+			depth := 1 + rng.IntN(4)
+			made := rng.IntN(depth + 1)
+			parts := []string{disk.Dir(), fmt.Sprintf("p%d", round)}
+			for d := 1; d < depth; d++ {
+				parts = append(parts, fmt.Sprintf("d%d", d))
+			}
+			if made > 0 {
+				if err := os.MkdirAll(filepath.Join(parts[:1+made]...), 0o755); err != nil {
+					t.Fatalf("power loss: make the fence's directories: %v", err)
+				}
+			}
+			if made == depth {
+				rep.Made++
+			}
+			path = filepath.Join(append(parts, "fence")...)
+			floorAck, floorRefused = 0, 0 // a new fence
+			rep.Paths++
+			moved = true
+		}
 		type line struct {
 			kind byte
 			term uint64
@@ -277,7 +334,7 @@ func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 		var readers sync.WaitGroup
 		for i := range cmds {
 			cmd := childCmd("racer", envPath+"="+path, envSeed+"="+strconv.Itoa(rng.IntN(1<<30)),
-				envProcID+"="+strconv.Itoa(i), VariantEnv+"="+opts.Variant)
+				envProcID+"="+strconv.Itoa(i), VariantEnv+"="+opts.Variant, envMkdir+"=1")
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -332,8 +389,8 @@ func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 				cmd.Wait()
 			}
 			why := fmt.Sprintf("raiser %d ended before the cut: %v, stderr: %s", i, cmds[i].ProcessState, stderrs[i].String())
-			if round == 0 {
-				t.Fatalf("round 0: %s", why)
+			if round == 0 || floorAck == 0 && moved {
+				t.Fatalf("round %d (a fence just made): %s", round, why)
 			}
 			rep.Violation = fmt.Sprintf("round %d: the fence does not work on what the previous cut left: %s", round, why)
 			return rep
@@ -389,7 +446,10 @@ func powerLoss(t *testing.T, disk PowerDisk, opts PowerOptions) PowerReport {
 		}
 		stall.Stop()
 		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
-		torn := rng.IntN(2) == 0
+		// The first cut after the harness created the fence's directories
+		// is whole: a torn one could keep their unsynced names by chance.
+		torn := rng.IntN(2) == 0 && !(round == 0 && madeDirs) && !moved
+		moved = false
 		if torn {
 			rep.TornCuts++
 		}

@@ -22,6 +22,16 @@
 //     (its commit, the journal's unlink, is synced only at EXTRA): power
 //     cuts on a filesystem that loses what was not synced
 //     (TestSQLitePowerLoss, powerfs) lost acknowledged raises in each.
+//     Every transaction of the fence on SQLite, raise or not, is refused
+//     (ErrNotDurable) on a connection at synchronous=OFF, in journal_mode
+//     OFF or MEMORY, or in a rollback journal below synchronous=FULL: a
+//     checkpoint at OFF writes an earlier raise's pages into the database
+//     unsynced and lets the next commit reuse the WAL over the synced
+//     frames that held it, losing the raise at a cut; the fence checks
+//     whichever connection of the pool each of its transactions runs on.
+//     Open syncs the SQLite database file's name and the path of every
+//     directory on the way to it (SQLite syncs neither), so a database in
+//     a directory the application just created survives a power cut.
 //   - The context bounds the wait to get in (the lock, the check, the
 //     raise), never the hold: the transaction is begun under a context
 //     that the caller's cancellation does not reach (database/sql would
@@ -56,4 +66,15 @@
 //   - Writes that do not go through the fence (I7), such as another
 //     program's SQL on the same table, and reads.
 //   - Terms above 2^63-1 do not fit the BIGINT column and are refused.
+//   - On SQLite, connections the fence never uses: another *sql.DB or
+//     process on the same file, or a connection of the pool that only the
+//     application writes or closes on. Any of them at synchronous=OFF
+//     undoes acknowledged raises at its next checkpoint (a commit past
+//     wal_autocheckpoint, or the close of the database's last
+//     connection), and the fence cannot see it. Open every handle on the
+//     file with _pragma=synchronous(FULL) (modernc.org/sqlite's DSN
+//     parameter; mattn/go-sqlite3's is _sync=FULL) and
+//     _pragma=journal_mode(WAL), never run PRAGMA synchronous=OFF on it,
+//     and send writes to the guarded database through Tx, where their
+//     connection is checked.
 package sqlfence

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
 	"github.com/termfence/termfence/storageguard/internal/pgproto"
+	"github.com/termfence/termfence/storageguard/internal/dirsync"
 	"github.com/termfence/termfence/storageguard/internal/txretry"
 )
 
@@ -54,9 +56,13 @@ func (d Dialect) String() string {
 // ErrBadDialect is returned by Open for a Dialect it does not know.
 var ErrBadDialect = errors.New("sqlfence: unknown SQL dialect")
 
-// ErrNotDurable is returned for a raise on a SQLite connection whose
-// synchronous setting is below FULL: its commit would not be on stable
-// storage when the write runs (docs/DESIGN.md I5). Nothing is raised.
+// ErrNotDurable is returned for a transaction on a SQLite connection whose
+// settings would not keep a raise durable (durability.check): for a raise,
+// synchronous below FULL, journal_mode OFF or MEMORY, or DELETE below
+// EXTRA, whose commit would not be on stable storage when the write runs;
+// for any transaction, synchronous OFF, whose checkpoint would undo an
+// earlier raise, journal_mode OFF or MEMORY, or a rollback journal below
+// FULL (docs/DESIGN.md I5). Nothing is raised or written.
 var ErrNotDurable = errors.New("sqlfence: database commits are not durable")
 
 // maxAttempts bounds the retries of a transaction that failed with a
@@ -88,7 +94,7 @@ type Fence struct {
 	db     *sql.DB
 	d      Dialect
 	closed atomic.Bool
-	// noDurableCheck skips checkDurable: for the control of the power-loss
+	// noDurableCheck skips durability.check: for the control of the power-loss
 	// test only (export_test.go), which must lose a raise without it.
 	noDurableCheck bool
 
@@ -101,6 +107,9 @@ type Fence struct {
 	// modernc.org/sqlite compiles every unprepared statement anew, which is
 	// most of the cost of the check; pgx caches its statements itself.
 	stLock, stSelect *sql.Stmt
+	// SQLite only: the connection's synchronous setting and journal mode,
+	// read in every transaction (durability.check).
+	stDurable *sql.Stmt
 
 	// SQLite only: the turn to take the database's write lock, one
 	// transaction of this Fence at a time, first come first served (a
@@ -176,24 +185,60 @@ func Open(ctx context.Context, db *sql.DB, d Dialect) (*Fence, error) {
 		return nil, fmt.Errorf("sqlfence: create fence table (%s): %w", d, err)
 	}
 	if d == SQLite {
+		if err := syncDatabasePath(ctx, db); err != nil {
+			return nil, err
+		}
 		err = f.retry(ctx, func() (err error) {
 			if f.stLock == nil {
 				if f.stLock, err = db.PrepareContext(ctx, f.qLock); err != nil {
 					return err
 				}
 			}
-			f.stSelect, err = db.PrepareContext(ctx, f.qSelectShared)
+			if f.stSelect == nil {
+				if f.stSelect, err = db.PrepareContext(ctx, f.qSelectShared); err != nil {
+					return err
+				}
+			}
+			f.stDurable, err = db.PrepareContext(ctx, qDurable)
 			return err
 		})
 		if err != nil {
-			if f.stLock != nil {
-				f.stLock.Close()
+			for _, st := range []*sql.Stmt{f.stLock, f.stSelect} {
+				if st != nil {
+					st.Close()
+				}
 			}
 			return nil, fmt.Errorf("sqlfence: prepare fence statements (%s): %w", d, err)
 		}
 	}
 	return f, nil
 }
+
+// syncDatabasePath makes the name of a SQLite database file durable, with
+// the path of every directory on the way to it, before any raise in it is
+// acknowledged (I5). SQLite syncs the directory when it creates a journal
+// or WAL file, never for the database file itself, and never a parent:
+// a database in a directory the application just created (os.MkdirAll
+// syncs nothing) vanished at a power cut with every raise in it. An
+// in-memory or temporary database (an empty file name) has no path.
+func syncDatabasePath(ctx context.Context, db *sql.DB) error {
+	var file string
+	err := db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file)
+	if err != nil {
+		return fmt.Errorf("sqlfence: find the SQLite database's file: %w", err)
+	}
+	if file == "" {
+		return nil
+	}
+	if err := dirsync.Path(filepath.Dir(file)); err != nil {
+		return fmt.Errorf("sqlfence: sync the path of %s: %w", file, err)
+	}
+	return nil
+}
+
+// qDurable reads a SQLite connection's synchronous setting and journal
+// mode in one statement (durability.check).
+const qDurable = "SELECT s.synchronous, j.journal_mode FROM pragma_synchronous AS s, pragma_journal_mode AS j"
 
 // sqlMode is how an attempt locks the fence row.
 type sqlMode int
@@ -266,6 +311,7 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 		}
 	}()
 	key := []byte(resource)
+	inserted := false
 	switch {
 	case mode == exclusive || (f.d == SQLite && raiseInTx):
 		// The first epoch of a resource is always a raise (Decide on a zero
@@ -275,15 +321,24 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 			return err
 		}
 		if n, err := res.RowsAffected(); f.d == SQLite && (err != nil || n > 0) {
-			// A resource's first raise.
-			if err := f.checkDurable(ctx, tx); err != nil {
-				return err
-			}
+			inserted = true // a resource's first raise
 		}
 	case f.d == SQLite:
 		// Take the write lock without changing anything: a raise must not
 		// commit with (or roll back with) a write that is not in tx.
 		if _, err := tx.StmtContext(ctx, f.stLock).ExecContext(ctx, key); err != nil {
+			return err
+		}
+	}
+	var dur durability
+	if f.d == SQLite {
+		// Every transaction, not only a raise: a commit or checkpoint on a
+		// connection of this pool at synchronous=OFF would undo a raise
+		// committed earlier on another (durability.check).
+		if dur, err = f.readDurability(ctx, tx); err != nil {
+			return err
+		}
+		if err := dur.check(inserted); err != nil {
 			return err
 		}
 	}
@@ -326,10 +381,8 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 			// raisers doing so deadlock. Start over exclusively.
 			return txretry.ErrNeedRaise
 		}
-		if f.d == SQLite {
-			if err := f.checkDurable(ctx, tx); err != nil {
-				return err
-			}
+		if err := dur.check(true); err != nil {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, f.qUpdate, ep.Cluster, int64(ep.Term), ep.Leader, key); err != nil {
 			return err
@@ -355,45 +408,87 @@ func (f *Fence) attempt(ctx context.Context, resource string, ep epoch.Epoch, mo
 	return tx.Commit()
 }
 
-// checkDurable refuses a raise on a SQLite connection whose settings would
-// not make the commit durable, so that a power loss cannot take back a
-// raise that writes were already admitted under (I5):
+// durability is a SQLite connection's synchronous setting and journal
+// mode, as one transaction read them; on PostgreSQL, and with the
+// test-only knob noDurableCheck, it refuses nothing.
+type durability struct {
+	sqlite bool
+	level  int    // PRAGMA synchronous: 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA
+	mode   string // PRAGMA journal_mode, lower case
+}
+
+// readDurability reads tx's connection's settings (durability.check's rule).
+func (f *Fence) readDurability(ctx context.Context, tx *sql.Tx) (durability, error) {
+	if f.noDurableCheck {
+		return durability{}, nil
+	}
+	d := durability{sqlite: true}
+	if err := tx.StmtContext(ctx, f.stDurable).QueryRowContext(ctx).Scan(&d.level, &d.mode); err != nil {
+		return d, fmt.Errorf("sqlfence: read SQLite synchronous setting and journal mode: %w", err)
+	}
+	d.mode = strings.ToLower(d.mode)
+	return d, nil
+}
+
+// check refuses a transaction on a SQLite connection whose settings would
+// not keep a raise durable, so that a power loss cannot take back a raise
+// that writes were already admitted under (I5).
 //
-//   - synchronous below FULL: a commit in WAL mode is not synced (and
-//     below NORMAL nothing is);
-//   - journal_mode OFF or MEMORY: a commit torn by a power cut cannot be
-//     rolled back, and with OFF nothing ever syncs the directory that
-//     names a new database file (it vanished in powerfs cuts, every raise
-//     with it);
+// Every transaction, raise or not, is refused:
+//
+//   - at synchronous OFF: nothing is synced, not even a checkpoint, which
+//     writes the pages of a raise committed earlier, on another
+//     connection, into the database file unsynced and lets the next
+//     commit reuse the WAL over the synced frames that held it: the raise
+//     is lost at a cut. The fence checks whichever connection of the pool
+//     each of its transactions runs on;
+//   - in journal_mode OFF or MEMORY: a commit torn by a power cut cannot be
+//     rolled back, and may tear the page that holds a raise (and with OFF
+//     nothing ever syncs the directory that names a new database file: it
+//     vanished in powerfs cuts, every raise with it);
+//   - in a rollback journal (DELETE, TRUNCATE, PERSIST) below FULL: NORMAL
+//     skips the sync between the journal and the database writes that
+//     makes a torn transaction roll back whole.
+//
+// WAL at NORMAL is enough for a transaction that does not raise: its
+// checkpoints are synced, so earlier raises stay durable. A raise itself
+// (raise set) must be durable when it is acknowledged:
+//
+//   - synchronous below FULL: a commit in WAL mode is not synced;
 //   - journal_mode DELETE below EXTRA: the commit is the journal's unlink,
 //     which only EXTRA syncs; without it a power cut brings the journal
 //     back and the next open rolls the committed raise back (seen in
 //     powerfs cuts: TestSQLitePowerLoss/delete-full lost acknowledged
 //     raises).
 //
-// WAL, TRUNCATE and PERSIST at FULL or EXTRA, and DELETE at EXTRA, pass.
-func (f *Fence) checkDurable(ctx context.Context, tx *sql.Tx) error {
-	if f.noDurableCheck {
+// A raise passes in WAL, TRUNCATE and PERSIST at FULL or EXTRA, and DELETE
+// at EXTRA. What the fence cannot see (another *sql.DB or process on the
+// same file, a connection of the pool that only the application uses)
+// must follow the same rule: the package documentation says how.
+func (d durability) check(raise bool) error {
+	if !d.sqlite {
 		return nil
 	}
-	var level int
-	if err := tx.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&level); err != nil {
-		return fmt.Errorf("sqlfence: read SQLite synchronous setting: %w", err)
+	if d.level < 1 {
+		return fmt.Errorf("%w: SQLite synchronous is OFF on this connection, whose checkpoints can undo a raise committed on another: open every connection with _pragma=synchronous(FULL), and never set synchronous=OFF on a connection of the pool", ErrNotDurable)
 	}
-	if level < 2 {
-		return fmt.Errorf("%w: SQLite synchronous is %d, a raise needs FULL (2) or EXTRA (3): open the database with _pragma=synchronous(FULL)", ErrNotDurable, level)
-	}
-	var mode string
-	if err := tx.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		return fmt.Errorf("sqlfence: read SQLite journal mode: %w", err)
-	}
-	switch strings.ToLower(mode) {
+	switch d.mode {
 	case "off", "memory":
-		return fmt.Errorf("%w: SQLite journal_mode is %s, whose commits a power cut can tear or lose: use WAL (_pragma=journal_mode(WAL))", ErrNotDurable, mode)
-	case "delete":
-		if level < 3 {
-			return fmt.Errorf("%w: SQLite journal_mode DELETE needs synchronous EXTRA (3), which syncs the journal's removal that commits, not %d: use WAL, or _pragma=synchronous(EXTRA)", ErrNotDurable, level)
+		return fmt.Errorf("%w: SQLite journal_mode is %s, whose commits a power cut can tear or lose: use WAL (_pragma=journal_mode(WAL))", ErrNotDurable, d.mode)
+	case "wal":
+	default:
+		if d.level < 2 {
+			return fmt.Errorf("%w: SQLite journal_mode %s needs synchronous FULL (2) or EXTRA (3), not %d: a torn transaction cannot roll back whole: use _pragma=synchronous(FULL)", ErrNotDurable, strings.ToUpper(d.mode), d.level)
 		}
+	}
+	if !raise {
+		return nil
+	}
+	if d.level < 2 {
+		return fmt.Errorf("%w: SQLite synchronous is %d, a raise needs FULL (2) or EXTRA (3): open the database with _pragma=synchronous(FULL)", ErrNotDurable, d.level)
+	}
+	if d.mode == "delete" && d.level < 3 {
+		return fmt.Errorf("%w: SQLite journal_mode DELETE needs synchronous EXTRA (3), which syncs the journal's removal that commits, not %d: use WAL, or _pragma=synchronous(EXTRA)", ErrNotDurable, d.level)
 	}
 	return nil
 }
@@ -579,6 +674,7 @@ func (f *Fence) Close() error {
 	if f.stLock != nil {
 		f.stLock.Close()
 		f.stSelect.Close()
+		f.stDurable.Close()
 	}
 	return nil
 }

@@ -132,7 +132,8 @@ func TestPostgresTxConcurrentRandomEpochs(t *testing.T) {
 var durable = fencetest.Durable{
 	Open: func(path string) (storageguard.Fence, error) {
 		dsn := sqltest.SQLiteDSN(path)
-		if v := os.Getenv(fencetest.VariantEnv); v != "" {
+		v, peer, _ := strings.Cut(os.Getenv(fencetest.VariantEnv), "+peer-")
+		if v != "" {
 			// The power-loss tests: "journal-synchronous", for example
 			// "delete-full".
 			// "delete-full-nocheck": with the test-only knob that lets it
@@ -149,20 +150,78 @@ var durable = fencetest.Durable{
 			db.Close()
 			return nil, err
 		}
-		if strings.HasSuffix(os.Getenv(fencetest.VariantEnv), "-nocheck") {
+		if strings.HasSuffix(v, "-nocheck") {
 			sqlfence.SkipDurableCheck(f)
 		}
-		return withDB{f, db}, nil
+		w := withDB{Fence: f, db: db}
+		if peer != "" {
+			if w.stop, err = startPeer(f, path, peer); err != nil {
+				f.Close()
+				db.Close()
+				return nil, err
+			}
+		}
+		return w, nil
 	},
 }
 
-// withDB closes its database with the fence.
+// withDB closes its database with the fence, and stops its peer.
 type withDB struct {
 	*sqlfence.Fence
-	db *sql.DB
+	db   *sql.DB
+	stop func()
 }
 
-func (f withDB) Close() error { f.Fence.Close(); return f.db.Close() }
+func (f withDB) Close() error {
+	if f.stop != nil {
+		f.stop()
+	}
+	f.Fence.Close()
+	return f.db.Close()
+}
+
+// startPeer is the variant "…+peer-<level>": a second handle on the
+// database at path, with synchronous=<level> and a checkpoint every few
+// pages, writes through a fence of its own under one epoch, again and
+// again, beside the raisers (an application's other pool or process). Its
+// epoch's raise is made by main, a FULL connection; the peer's own
+// transactions only write. It returns the function that stops it.
+func startPeer(main *sqlfence.Fence, path, level string) (func(), error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pe := epoch.Epoch{Cluster: "peer", Term: 1, Leader: "peer"}
+	if err := main.Admit(ctx, "peer", pe); err != nil {
+		cancel()
+		return nil, err
+	}
+	pdb, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(4)&_pragma=synchronous("+level+")")
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	pf, err := sqlfence.Open(ctx, pdb, sqlfence.SQLite)
+	if err != nil {
+		cancel()
+		pdb.Close()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			err := pf.Tx(ctx, "peer", pe, func(tx *sql.Tx) error {
+				if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS peer_data (x BLOB)"); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, "INSERT INTO peer_data VALUES (zeroblob(8192))")
+				return err
+			})
+			if errors.Is(err, sqlfence.ErrNotDurable) {
+				return // refused for good: this peer writes nothing
+			}
+		}
+	}()
+	return func() { cancel(); <-done; pf.Close(); pdb.Close() }, nil
+}
 
 // TestSQLiteMultiProcess: processes that share a SQLite file never let an
 // older epoch's write overlap a newer one's.

@@ -131,6 +131,7 @@ var mutantSets = []struct {
 	{"redis", redisMutants},
 	{"fences", fencesMutants},
 	{"pg", pgMutants},
+	{"durable", durableMutants},
 }
 
 // mutantSet returns the mutants of a -set name.

@@ -20,7 +20,10 @@
 // (fsync(2) says a directory needs its own fsync, and here it really
 // does). A rename is durable once both directories are synced; a new
 // file whose data was synced but whose directory was not is gone after a
-// cut, and a removed one is back.
+// cut, and a removed one is back. Each directory's entries on disk are its
+// own: a file renamed into a synced directory out of an unsynced one has
+// both names after a cut (two files with the same contents); a directory,
+// which has one place in a tree, is kept where it is named now.
 //
 // Cut is the power cut: at one instant every further operation fails with
 // EIO; every process on the mount (a file open or mapped there, its
@@ -29,7 +32,12 @@
 // the same place. With CutOptions.Torn each 512-byte block of an unsynced
 // write, each unsynced size change and each unsynced entry change
 // survives or not at random (a write torn at sector granularity, a cache
-// written back in part and out of order). FailSync makes a sync fail with
+// written back in part and out of order). A torn size change is lost,
+// kept, or kept only as far as its truncation: a file truncated and
+// written again (O_TRUNC, then new contents) can come back empty, the
+// zero-length file of delayed allocation. What a truncation on disk cut
+// off reads back as zeros, and data written past the size on disk is
+// not there. FailSync makes a sync fail with
 // EIO once, after which the data it covered may or may not be on disk and
 // is no longer written by a later sync (Linux since 4.13, the "fsyncgate"
 // case). SetSyncDelay makes every sync slow (a slow disk).

@@ -26,6 +26,7 @@ type inode struct {
 	ddata     []byte             // on disk
 	dirty     map[int64]struct{} // blocks written since they were last synced
 	sizeDirty bool               // the size changed since it was last synced
+	minSize   int64              // the smallest size since it was last synced (a truncate on the way)
 
 	// Directories.
 	kids     map[string]*inode // entries readers see
@@ -81,6 +82,7 @@ func (n *inode) resize(size int64) {
 		return
 	}
 	if size < old {
+		n.minSize = min(n.minSize, size)
 		n.data = n.data[:size]
 		for b := range n.dirty {
 			if b*blockSize >= size {
@@ -143,6 +145,7 @@ func (n *inode) syncFile() {
 		n.persistSize()
 		n.sizeDirty = false
 	}
+	n.minSize = int64(len(n.data))
 }
 
 // failSync is an fsync that fails with EIO: each dirty block reaches the
@@ -159,6 +162,7 @@ func (n *inode) failSync(rng *rand.Rand) {
 		n.persistSize()
 	}
 	n.sizeDirty = false
+	n.minSize = int64(len(n.data))
 }
 
 // syncDir is an fsync of a directory: its entries as they are now reach
@@ -184,103 +188,202 @@ type CutStats struct {
 // the root through the entries on disk, with its data on disk. With torn
 // set, each unsynced block, size change and entry change survives or not
 // at random instead of always being lost.
+//
+// Each directory's entries on disk are its own: a rename whose destination
+// directory was synced and whose source was not leaves the inode named in
+// both on disk. A regular file then has both names after the cut (as two
+// files with the same contents: the model has no hard links; an old name
+// coming back is what a filesystem without a journal does). A directory
+// can have one place in a tree: it is kept where its directory names it
+// now (the synced destination), or, if neither does, at the first name in
+// order.
 func (m *model) cut(torn bool, rng *rand.Rand, st *CutStats) *model {
 	nm := &model{nextIno: m.nextIno}
-	seen := map[*inode]*inode{}
-	var clone func(n *inode) *inode
-	clone = func(n *inode) *inode {
-		if c, ok := seen[n]; ok {
-			return c
-		}
-		c := &inode{ino: n.ino, mode: n.mode, mtime: n.mtime, nlink: 1}
-		seen[n] = c
-		if !n.isDir() {
-			disk := append([]byte(nil), n.ddata...)
-			changed := len(n.dirty) > 0 || n.sizeDirty
-			if changed {
-				st.LostFiles++
-			}
-			if torn && changed {
-				tn := &inode{data: n.data, ddata: disk}
-				kept := 0
-				blocks := make([]int64, 0, len(n.dirty))
-				for b := range n.dirty {
-					blocks = append(blocks, b)
-				}
-				sort.Slice(blocks, func(i, j int) bool { return blocks[i] < blocks[j] })
-				for _, b := range blocks {
-					if rng.IntN(2) == 0 {
-						tn.persistBlock(b)
-						kept++
-					}
-				}
-				if n.sizeDirty && rng.IntN(2) == 0 {
-					tn.persistSize()
-					kept++
-				}
-				disk = tn.ddata
-				if kept > 0 {
-					st.TornFiles++
-				}
-			}
-			c.data, c.ddata, c.dirty = disk, append([]byte(nil), disk...), map[int64]struct{}{}
-			return c
-		}
-		entries := n.dkids
-		if n.dirDirty || !sameEntries(n.kids, n.dkids) {
-			names := map[string]bool{}
-			for k := range n.kids {
-				names[k] = true
-			}
-			for k := range n.dkids {
-				names[k] = true
-			}
-			sorted := make([]string, 0, len(names))
-			for k := range names {
-				if n.kids[k] != n.dkids[k] {
-					sorted = append(sorted, k)
-				}
-			}
-			sort.Strings(sorted)
-			st.LostEntries += len(sorted)
-			if torn && len(sorted) > 0 {
-				entries = make(map[string]*inode, len(n.dkids))
-				for k, v := range n.dkids {
-					entries[k] = v
-				}
-				for _, k := range sorted {
-					if rng.IntN(2) == 0 {
-						st.KeptEntries++
-						if v := n.kids[k]; v != nil {
-							entries[k] = v
-						} else {
-							delete(entries, k)
-						}
-					}
-				}
-			}
-		}
-		c.kids, c.dkids = map[string]*inode{}, map[string]*inode{}
-		names := make([]string, 0, len(entries))
-		for k := range entries {
-			names = append(names, k)
-		}
-		sort.Strings(names) // the same rng draws for the same state
-		for _, k := range names {
+
+	// Pass 1: the entries on disk of every directory reachable from the
+	// root, and every place on disk that names each inode.
+	type place struct {
+		dir  *inode
+		name string
+	}
+	ents := map[*inode]map[string]*inode{}
+	places := map[*inode][]place{}
+	var plan func(n *inode)
+	plan = func(n *inode) {
+		entries := diskEntries(n, torn, rng, st)
+		ents[n] = entries
+		for _, k := range sortedNames(entries) { // the same rng draws for the same state
 			v := entries[k]
-			if _, again := seen[v]; again {
-				// Reached twice (two unsynced renames can leave a directory
-				// in two places on disk): a tree has no hard links, keep the
-				// first.
-				continue
+			places[v] = append(places[v], place{n, k})
+			if _, done := ents[v]; v.isDir() && !done {
+				plan(v)
 			}
-			cv := clone(v)
+		}
+	}
+	plan(m.root)
+	home := map[*inode]place{}
+	for v, ps := range places {
+		if !v.isDir() {
+			continue
+		}
+		home[v] = ps[0]
+		for _, p := range ps {
+			if p.dir.kids[p.name] == v {
+				home[v] = p
+				break
+			}
+		}
+	}
+
+	// Pass 2: the new tree.
+	files := map[*inode]*inode{}
+	built := map[*inode]bool{}
+	var build func(n *inode) *inode
+	build = func(n *inode) *inode {
+		built[n] = true
+		c := &inode{ino: n.ino, mode: n.mode, mtime: n.mtime, nlink: 1,
+			kids: map[string]*inode{}, dkids: map[string]*inode{}}
+		entries := ents[n]
+		for _, k := range sortedNames(entries) {
+			v := entries[k]
+			var cv *inode
+			switch {
+			case v.isDir():
+				if home[v] != (place{n, k}) || built[v] {
+					continue
+				}
+				cv = build(v)
+			case files[v] == nil:
+				cv = cloneFile(v, torn, rng, st)
+				files[v] = cv
+			default:
+				// A second name of the same file: a copy of its own.
+				f := files[v]
+				cv = &inode{ino: nm.nextIno, mode: f.mode, mtime: f.mtime, nlink: 1,
+					data: append([]byte(nil), f.data...), ddata: append([]byte(nil), f.ddata...),
+					dirty: map[int64]struct{}{}, minSize: f.minSize}
+				nm.nextIno++
+			}
 			c.kids[k], c.dkids[k] = cv, cv
 		}
 		return c
 	}
-	nm.root = clone(m.root)
+	nm.root = build(m.root)
 	return nm
+}
+
+// cloneFile is a regular file as the cut leaves it (tornFile with torn).
+func cloneFile(n *inode, torn bool, rng *rand.Rand, st *CutStats) *inode {
+	c := &inode{ino: n.ino, mode: n.mode, mtime: n.mtime, nlink: 1}
+	disk := append([]byte(nil), n.ddata...)
+	changed := len(n.dirty) > 0 || n.sizeDirty
+	if changed {
+		st.LostFiles++
+	}
+	if torn && changed {
+		var kept int
+		disk, kept = tornFile(n, disk, rng)
+		if kept > 0 {
+			st.TornFiles++
+		}
+	}
+	c.data, c.ddata, c.dirty = disk, append([]byte(nil), disk...), map[int64]struct{}{}
+	c.minSize = int64(len(disk))
+	return c
+}
+
+// diskEntries is what a cut leaves of directory n's entries: those on
+// disk, and with torn each unsynced change of an entry at random.
+func diskEntries(n *inode, torn bool, rng *rand.Rand, st *CutStats) map[string]*inode {
+	entries := n.dkids
+	if !n.dirDirty && sameEntries(n.kids, n.dkids) {
+		return entries
+	}
+	names := map[string]bool{}
+	for k := range n.kids {
+		names[k] = true
+	}
+	for k := range n.dkids {
+		names[k] = true
+	}
+	changed := make([]string, 0, len(names))
+	for k := range names {
+		if n.kids[k] != n.dkids[k] {
+			changed = append(changed, k)
+		}
+	}
+	sort.Strings(changed)
+	st.LostEntries += len(changed)
+	if !torn || len(changed) == 0 {
+		return entries
+	}
+	entries = make(map[string]*inode, len(n.dkids))
+	for k, v := range n.dkids {
+		entries[k] = v
+	}
+	for _, k := range changed {
+		if rng.IntN(2) == 0 {
+			st.KeptEntries++
+			if v := n.kids[k]; v != nil {
+				entries[k] = v
+			} else {
+				delete(entries, k)
+			}
+		}
+	}
+	return entries
+}
+
+func sortedNames(m map[string]*inode) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// tornFile is what a torn cut leaves of a file whose data or size
+// changed since its last sync, from disk (a copy of what is on disk): each
+// unsynced block survives or not, and an unsynced size change is lost,
+// kept, or kept only as far as its truncation (the smallest size since
+// the last sync: a file truncated and written again, the "zero-length
+// file after a crash" of delayed allocation). A truncation that reached
+// the disk frees the old blocks: what it cut off reads back as zeros
+// unless the new data's block reached the disk too. Blocks past the size
+// on disk are invisible. It returns the data and how many changes
+// survived.
+func tornFile(n *inode, disk []byte, rng *rand.Rand) ([]byte, int) {
+	kept := 0
+	if n.sizeDirty {
+		switch rng.IntN(3) {
+		case 0: // the size change lost
+		case 1: // every size change reached the disk
+			disk = disk[:min(int64(len(disk)), n.minSize)]
+			disk = append(disk, make([]byte, int64(len(n.data))-int64(len(disk)))...)
+			kept++
+		case 2: // only the truncation did
+			disk = disk[:min(int64(len(disk)), n.minSize)]
+			kept++
+		}
+	}
+	blocks := make([]int64, 0, len(n.dirty))
+	for b := range n.dirty {
+		blocks = append(blocks, b)
+	}
+	sort.Slice(blocks, func(i, j int) bool { return blocks[i] < blocks[j] })
+	for _, b := range blocks {
+		if rng.IntN(2) != 0 {
+			continue
+		}
+		lo := b * blockSize
+		hi := min(lo+blockSize, int64(len(n.data)), int64(len(disk)))
+		if lo < hi {
+			copy(disk[lo:hi], n.data[lo:hi])
+			kept++
+		}
+	}
+	return disk, kept
 }
 
 func sameEntries(a, b map[string]*inode) bool {
