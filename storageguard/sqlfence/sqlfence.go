@@ -13,8 +13,8 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/storageguard"
-	"github.com/termfence/termfence/storageguard/internal/pgproto"
 	"github.com/termfence/termfence/storageguard/internal/dirsync"
+	"github.com/termfence/termfence/storageguard/internal/pgproto"
 	"github.com/termfence/termfence/storageguard/internal/txretry"
 )
 
