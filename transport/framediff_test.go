@@ -269,7 +269,10 @@ func scannerAttacksWith(tb testing.TB, n int) []scannerAttack {
 		{"an array-typed Size key", withKey(0x94, 'S', 'i', 'z', 'e', 0x00)},
 		{"the request as an array", append([]byte{rpcTimeoutNow, 0x93, 0x03, 0xc0, 0xc0}, smuggled...)},
 		{"a nil entry", nilEntryFrame(tb)},
+		{"entries of no fields", emptyEntriesFrame(tb)},
 		{"an unknown field", withKey(0xa4, 'T', 'e', 'r', 'n', 0x05)},
+		{"a bin-typed key", withKey(0xc4, 4, 'T', 'e', 'r', 'm', 0x05)},
+		{"nil where a number belongs", withKey(0xa4, 'T', 'e', 'r', 'm', 0xc0)},
 		{"a float where a number belongs", withKey(0xa4, 'T', 'e', 'r', 'm', 0xcb, 0x40, 0x14, 0, 0, 0, 0, 0, 0)},
 	}
 }
@@ -354,4 +357,17 @@ func TestSmuggledRequestRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// emptyEntriesFrame is an AppendEntries of 1024 entries that are empty
+// maps: one byte on the wire each, a raft.Log allocated for each by the
+// decoder.
+func emptyEntriesFrame(t testing.TB) []byte {
+	b := encodeRPC(t, rpcAppendEntries, &raft.AppendEntriesRequest{RPCHeader: rpcHeader(), Term: 3}, false)
+	empty := append([]byte{0xdc, 0x04, 0x00}, bytes.Repeat([]byte{0x80}, 1024)...)
+	out := bytes.Replace(b, []byte("\xa7Entries\xc0"), append([]byte("\xa7Entries"), empty...), 1)
+	if bytes.Equal(out, b) {
+		t.Fatalf("no nil Entries in %x", b)
+	}
+	return out
 }
