@@ -65,6 +65,9 @@ const (
 	// a valid configuration, an unsupported snapshot version, a negative
 	// snapshot size, or a header ID or address that is too long.
 	RefusedMalformed
+	// RefusedIndexTooHigh: a log index in the RPC is above MaxIndex, or a
+	// snapshot's above IndexJumpLimit (see MaxIndex).
+	RefusedIndexTooHigh
 
 	numRefusalReasons = iota
 )
@@ -96,6 +99,8 @@ func (r RefusalReason) String() string {
 		return "unknown_command"
 	case RefusedMalformed:
 		return "malformed"
+	case RefusedIndexTooHigh:
+		return "index_too_high"
 	}
 	return fmt.Sprintf("reason_%d", uint8(r))
 }
@@ -377,6 +382,9 @@ func (a *admission) check(rpc raft.RPC) *RefusedError {
 			e.Detail = fmt.Sprintf("term %d from current term %d", t, cur)
 			return e
 		}
+	}
+	if err := indexes(rpc, e); err != nil {
+		return err
 	}
 	id, addr := raft.ServerID(hdr.ID), raft.ServerAddress(hdr.Addr)
 	if err := a.sender(rpc, e, conf, id, addr, cur); err != nil {

@@ -84,7 +84,7 @@ func openNode(c Config, notifyCh chan<- bool) (*raftNode, error) {
 	// (transport.MainLoopOnly), whatever transport the caller passed.
 	n.term = &termSource{self: raft.ServerID(c.ID)}
 	tr := transport.MainLoopOnly(inboxTransport{Transport: c.Transport, inbox: n.inbox, term: n.term})
-	r, err := raft.NewRaft(rc, c.FSM, logs, stable, snaps, tr)
+	r, err := startRaft(rc, c.FSM, logs, stable, snaps, tr) // startraft.go
 	if err != nil {
 		_ = n.closeStores()
 		return nil, fmt.Errorf("election: starting raft: %w", err)

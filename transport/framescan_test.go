@@ -121,11 +121,24 @@ func TestFrameScannerRefuses(t *testing.T) {
 			t.Errorf("%s: err %v, want ErrFrameRefused", c.name, err)
 		}
 	}
-	// 1024 entries pass.
+	// 1024 entries, as raft writes them, pass; 1025 do not.
 	sc := newFrameScanner(DefaultMaxRPCSize, DefaultMaxRPCPayload, DefaultMaxRPCEntries)
-	if err := sc.scan(bigArrayFrame(1024)); err != nil || sc.inFrame {
+	if err := sc.scan(entriesFrame(t, 1024)); err != nil || sc.inFrame {
 		t.Errorf("1024 entries: %v (inFrame %v)", err, sc.inFrame)
 	}
+	sc = newFrameScanner(DefaultMaxRPCSize, DefaultMaxRPCPayload, DefaultMaxRPCEntries)
+	if err := sc.scan(entriesFrame(t, 1025)); !errors.Is(err, ErrFrameRefused) {
+		t.Errorf("1025 entries: err %v, want ErrFrameRefused", err)
+	}
+}
+
+// entriesFrame is an AppendEntries of n entries as raft encodes it.
+func entriesFrame(t testing.TB, n int) []byte {
+	entries := make([]*raft.Log, n)
+	for i := range entries {
+		entries[i] = &raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogNoop}
+	}
+	return encodeRPC(t, rpcAppendEntries, &raft.AppendEntriesRequest{RPCHeader: rpcHeader(), Term: 3, Entries: entries}, false)
 }
 
 // TestEightMiBFrame is issue 25's memory amplification: one 8 MiB

@@ -326,7 +326,7 @@ func (s *inbound) deliver(c *inConn, rpc raft.RPC) bool {
 	}
 	if c.peer == "" && !s.anyAddr {
 		if h, ok := rpc.Command.(raft.WithRPCHeader); ok {
-			if err := addrMatches(string(h.GetRPCHeader().Addr), c.raw.RemoteAddr()); err != nil {
+			if err := c.checkClaim(string(h.GetRPCHeader().Addr)); err != nil { // hostcheck.go
 				s.claimRefused.Add(1)
 				s.warn("refused an rpc whose claimed address is not the connection's", "error", err)
 				if rpc.Reader != nil {
@@ -369,30 +369,6 @@ func (s *inbound) deliver(c *inConn, rpc raft.RPC) bool {
 	return true
 }
 
-// addrMatches compares an RPC's claimed address with the address its
-// plain TCP connection comes from, where the two are comparable: the
-// claimed host is an IP literal. Loopback matches loopback (a node on
-// 127.0.0.2 dials from 127.0.0.1). A host name, or a claim that does not
-// parse, is not compared here (package election refuses an empty one).
-func addrMatches(claimed string, remote net.Addr) error {
-	host, _, err := net.SplitHostPort(claimed)
-	if err != nil {
-		return nil
-	}
-	cip := net.ParseIP(host)
-	ta, ok := remote.(*net.TCPAddr)
-	if cip == nil || !ok || ta.IP == nil {
-		return nil
-	}
-	switch {
-	case cip.Equal(ta.IP):
-		return nil
-	case cip.IsLoopback() && ta.IP.IsLoopback():
-		return nil
-	}
-	return fmt.Errorf("%w: rpc claims address %s but comes from %s", ErrIdentityMismatch, claimed, ta.IP)
-}
-
 // countingReader notes whether its reader was read to the end.
 type countingReader struct {
 	r   io.Reader
@@ -415,6 +391,7 @@ type inConn struct {
 	s        *inbound
 	done     chan struct{} // closed by Close
 	scan     *frameScanner // follows the request bytes (only Read touches it)
+	claim    claimCheck    // the last claimed address checked (only deliver touches it)
 
 	mu      sync.Mutex
 	pending []byte // bytes read during the handshake (plain TCP)

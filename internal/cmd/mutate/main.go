@@ -132,6 +132,7 @@ var mutantSets = []struct {
 	{"fences", fencesMutants},
 	{"pg", pgMutants},
 	{"durable", durableMutants},
+	{"wire", wireMutants},
 }
 
 // mutantSet returns the mutants of a -set name.
