@@ -30,6 +30,7 @@ type nodeConfig struct {
 	DataDir         string
 	Bootstrap       []election.Server
 	Join            string
+	Replaces        string // -replaces: the member this node replaces when it joins
 	Store           string
 	TokenKey        string
 	TLSCert, TLSKey string
@@ -59,6 +60,7 @@ func nodeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.DataDir, "data", "", "data directory for the durable Raft state (required)")
 	fs.StringVar(&bootstrap, "bootstrap", "", `initial voters "id=raftaddr,id=raftaddr,..." (first start only; harmless on restart)`)
 	fs.StringVar(&cfg.Join, "join", "", "HTTP address of a running node to join through (a follower answers 503 naming the leader; this node then asks the leader)")
+	fs.StringVar(&cfg.Replaces, "replaces", "", "with -join: the ID of the voter this node replaces (a dead one): it is removed and this node made a voter in one safe operation")
 	fs.StringVar(&cfg.Store, "store", "", "URL of the fenced store, e.g. http://127.0.0.1:7000 (optional)")
 	fs.StringVar(&cfg.TokenKey, "token-key", "", "HMAC key file shared with the store (without it tokens are unsigned: a warning is logged)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "this node's PEM certificate (with -tls-key and -tls-ca: mutual TLS for Raft and the HTTP API)")
@@ -124,6 +126,17 @@ func (c *nodeConfig) check() error {
 	}
 	if len(c.Bootstrap) == 0 && c.Join == "" && !hasState(c.DataDir) {
 		return fmt.Errorf("-data %s holds no Raft state and neither -bootstrap nor -join is given: this node would wait forever for a cluster; give -bootstrap to start a new one or -join to join a running one", c.DataDir)
+	}
+	if c.Replaces != "" {
+		if c.Join == "" {
+			return errors.New("-replaces needs -join: the replacement joins through a running node")
+		}
+		if err := epoch.ValidateName(c.Replaces); err != nil {
+			return fmt.Errorf("-replaces %q: %v", c.Replaces, err)
+		}
+		if c.Replaces == c.ID {
+			return fmt.Errorf("-replaces %s names this node's own ID: a node whose data was lost rejoins under a new ID", c.Replaces)
+		}
 	}
 	if c.Heartbeat < 10*time.Millisecond {
 		return fmt.Errorf("-heartbeat %v is below 10ms", c.Heartbeat)
@@ -372,7 +385,7 @@ func (n *node) leadWrites(ctx, lctx context.Context, ep epoch.Epoch) error {
 func (n *node) joinLoop(ctx context.Context) {
 	defer n.wg.Done()
 	target := n.cfg.Join
-	body := joinRequest{ID: n.cfg.ID, Addr: string(n.faulty.LocalAddr()), HTTP: n.httpAddr}
+	body := joinRequest{ID: n.cfg.ID, Addr: string(n.faulty.LocalAddr()), HTTP: n.httpAddr, Replaces: n.cfg.Replaces}
 	for attempt := 0; ; attempt++ {
 		next, err := n.tryJoin(ctx, target, body)
 		if err == nil {
