@@ -53,7 +53,7 @@ func TestMembershipChurnRandom(t *testing.T) {
 	ctx := context.Background()
 	c := newCluster(t, 5)
 	defer keepLeaderBusy(c)() // the first five only: see keepLeaderBusy
-	var spare []*node // replacements, started on demand
+	var spare []*node         // replacements, started on demand
 	for i := range steps {
 		nd := &node{c: c, id: fmt.Sprintf("r%d", i+1), dir: t.TempDir(), join: true}
 		c.nodes = append(c.nodes, nd)
@@ -278,4 +278,3 @@ func keepLeaderBusy(c *cluster) (stop func()) {
 		return nil
 	}, c.ht)
 }
-
