@@ -386,8 +386,9 @@ func (n *node) joinLoop(ctx context.Context) {
 	defer n.wg.Done()
 	target := n.cfg.Join
 	body := joinRequest{ID: n.cfg.ID, Addr: string(n.faulty.LocalAddr()), HTTP: n.httpAddr, Replaces: n.cfg.Replaces}
+	lastStatus := -1
 	for attempt := 0; ; attempt++ {
-		next, err := n.tryJoin(ctx, target, body)
+		next, status, err := n.tryJoin(ctx, target, body)
 		if err == nil {
 			n.log.Info("joined the cluster", "via", target)
 			return
@@ -397,7 +398,10 @@ func (n *node) joinLoop(ctx context.Context) {
 		} else {
 			target = n.cfg.Join
 		}
-		if attempt%10 == 0 {
+		// Every tenth attempt, and every change of answer (a refusal says
+		// what to fix: the operator should see it at once).
+		if attempt%10 == 0 || status != lastStatus {
+			lastStatus = status
 			n.log.Info("join: retrying", "error", err, "next", target)
 		}
 		select {
@@ -431,7 +435,7 @@ func (n *node) recordHTTPLoop(ctx context.Context) {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, n.cfg.Heartbeat)
-		_, err := n.tryJoin(rctx, h, body)
+		_, _, err := n.tryJoin(rctx, h, body)
 		cancel()
 		if err != nil {
 			n.log.Debug("recording this node's HTTP address with the leader", "error", err)
@@ -439,18 +443,19 @@ func (n *node) recordHTTPLoop(ctx context.Context) {
 	}
 }
 
-// tryJoin sends one POST /join. On a "not leader" answer it returns the
-// leader's HTTP address to try next.
-func (n *node) tryJoin(ctx context.Context, target string, body joinRequest) (next string, err error) {
+// tryJoin sends one POST /join and returns the answer's status (0: no
+// answer). On a "not leader" answer it returns the leader's HTTP address
+// to try next.
+func (n *node) tryJoin(ctx context.Context, target string, body joinRequest) (next string, status int, err error) {
 	var reply errorBody
-	status, err := n.postJSON(ctx, n.nodeURL(target)+"/join", body, &reply)
+	status, err = n.postJSON(ctx, n.nodeURL(target)+"/join", body, &reply)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if status == http.StatusOK {
-		return "", nil
+		return "", status, nil
 	}
-	return reply.LeaderHTTP, fmt.Errorf("join via %s: %d %s", target, status, reply.Error)
+	return reply.LeaderHTTP, status, fmt.Errorf("join via %s: %d %s", target, status, reply.Error)
 }
 
 // nodeURL turns a node's address (host:port, or a URL) into its API base
