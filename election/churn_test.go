@@ -109,8 +109,12 @@ func TestMembershipChurnRandom(t *testing.T) {
 				t.Fatalf("step %d: AddVoter(%s) of a node that is not running succeeded", step, id)
 			}
 			t.Logf("step %d: AddVoter(%s): %v", step, id, err)
-			if !errors.Is(err, ErrNotCaughtUp) && !errors.Is(err, ErrNotLeader) {
-				t.Fatalf("step %d: AddVoter(%s): %v, want ErrNotCaughtUp (or ErrNotLeader)", step, id, err)
+			// Refused as not caught up; or, when the leader is slow or
+			// changes, the non-voter's own addition may be in flight or
+			// refused: the oracle is that it is never a voter.
+			var ce *ChangeError
+			if !errors.Is(err, ErrNotCaughtUp) && !errors.Is(err, ErrNotLeader) && !errors.As(err, &ce) {
+				t.Fatalf("step %d: AddVoter(%s): %v, want ErrNotCaughtUp (or a change that did not commit)", step, id, err)
 			}
 			waitFor(t, id+" to go again", func() bool {
 				l, _ := c.leader()
