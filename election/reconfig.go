@@ -269,18 +269,28 @@ func (e *Election) reachableVoters(ctx context.Context, term uint64, servers []r
 	return func(id string) bool { return ok[id] }
 }
 
-// waitCaughtUp probes the server id at addr until its log holds this
-// leader's commit index as it was when the probe was sent, or ctx ends
-// (ErrNotCaughtUp, with the last reason).
+// waitCaughtUp probes the server id at addr, every half heartbeat, until
+// its log holds what this leader had committed one probe earlier (on the
+// first probe: what it had committed when it sent it), or ctx ends
+// (ErrNotCaughtUp, with the last reason). One probe of slack: under a
+// steady stream of writes a follower that keeps up is still an entry or
+// two behind the commit index at any instant, and comparing with the
+// instant would never promote it.
 func (e *Election) waitCaughtUp(ctx context.Context, id, addr string) error {
 	every := max(e.cfg.HeartbeatTimeout/2, 5*time.Millisecond)
 	var last error
-	for {
+	var prev uint64
+	for first := true; ; first = false {
 		term, err := e.leaderTerm()
 		if err != nil {
 			return err
 		}
-		target := e.raft.CommitIndex()
+		now := e.raft.CommitIndex()
+		target := prev
+		if first {
+			target = now
+		}
+		prev = now
 		pctx, cancel := context.WithTimeout(ctx, e.probeWait())
 		got, err := e.probe(pctx, term, id, addr)
 		cancel()
@@ -288,7 +298,7 @@ func (e *Election) waitCaughtUp(ctx context.Context, id, addr string) error {
 		case err == nil && got >= target:
 			return nil
 		case err == nil:
-			last = fmt.Errorf("its log ends at %d, the leader's commit index is %d", got, target)
+			last = fmt.Errorf("its log ends at %d, below the leader's commit index %d", got, target)
 		case errors.Is(err, ErrClosed):
 			return err
 		default:
