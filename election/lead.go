@@ -8,9 +8,12 @@ import (
 )
 
 // Lead runs fn each time this node holds a newly confirmed epoch, and
-// blocks until ctx ends (it then returns ctx.Err()), the Election closes
-// (ErrClosed), or this node learns that it was removed from the cluster
-// (ErrRemoved: it will not lead again unless it is added back).
+// blocks until ctx ends (it then returns ctx.Err()) or the Election closes
+// (ErrClosed). A node removed from the cluster holds no epoch, so fn does
+// not run while it is removed; Lead keeps waiting (and logs the removal
+// once), and runs fn again when the node, added back, next leads: an
+// application's leader work resumes with the membership, without a
+// restart. Watch Removed (or Leadership.Removed) to retire a removed node.
 //
 // fn is called with the epoch and a context that is cancelled as soon as
 // this node is seen to lose that epoch (it stepped down, was deposed or
@@ -44,6 +47,7 @@ func (e *Election) Lead(ctx context.Context, fn func(ctx context.Context, ep epo
 	defer cancel()
 	updates := e.Observe(ctx)
 	var last uint64 // term of the last epoch fn ran with
+	removed := false
 	for {
 		l, ok := <-updates
 		if !ok {
@@ -52,8 +56,13 @@ func (e *Election) Lead(ctx context.Context, fn func(ctx context.Context, ep epo
 			}
 			return ErrClosed
 		}
-		if l.Removed {
-			return ErrRemoved
+		if l.Removed != removed {
+			removed = l.Removed
+			if removed {
+				e.log.Info("lead: waiting: this node is no longer a member, until it is added back")
+			} else {
+				e.log.Info("lead: this node is a member again")
+			}
 		}
 		if !l.Leading() || l.Epoch.Term <= last {
 			continue

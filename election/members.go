@@ -103,10 +103,15 @@ func (e *Election) AddMember(ctx context.Context, m Member) error {
 			return e.recordMeta(ctx, m.ID, m.Meta) // already a member: nothing to change
 		}
 	}
-	err = e.await(ctx, func() raft.Future {
-		if m.Voter {
-			return e.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.Addr), 0, 0)
+	if m.Voter {
+		// Learner first: see reconfig.go.
+		if _, err := e.promote(ctx, servers, m.ID, m.Addr); err != nil {
+			return err
 		}
+		e.log.Info("member added", "id", m.ID, "addr", m.Addr, "voter", true)
+		return e.recordMeta(ctx, m.ID, m.Meta)
+	}
+	err = e.await(ctx, func() raft.Future {
 		return e.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.Addr), 0, 0)
 	})
 	if err := e.configErr("add member "+m.ID, err); err != nil {
@@ -155,12 +160,30 @@ func (e *Election) RemoveServer(ctx context.Context, id string) error {
 	if isVoter && voters == 1 {
 		return fmt.Errorf("%w: %s is the only voter", ErrLastVoter, id)
 	}
-	var change raft.IndexFuture
-	err = e.await(ctx, func() raft.Future {
-		change = e.raft.RemoveServer(raft.ServerID(id), 0, 0)
-		return change
+	return e.remove(ctx, servers, id, addr, isVoter)
+}
+
+// remove removes the member id at addr from servers (the latest
+// configuration), refusing to remove a voter when the voters left would
+// not include a reachable quorum (reconfig.go), and tells a removed
+// server of its removal once the change commits. The caller holds
+// memberMu.
+func (e *Election) remove(ctx context.Context, servers []raft.Server, id, addr string, isVoter bool) error {
+	op := "remove " + id
+	if isVoter {
+		term, err := e.leaderTerm()
+		if err != nil {
+			return err
+		}
+		next := withoutServer(servers, id)
+		if err := checkQuorum(next, e.reachableVoters(ctx, term, next)); err != nil {
+			return &ChangeError{Op: op, State: ChangeRefused, Err: err}
+		}
+	}
+	index, err := e.change(ctx, op, func() raft.IndexFuture {
+		return e.raft.RemoveServer(raft.ServerID(id), 0, 0)
 	})
-	if err := e.configErr("remove server "+id, err); err != nil {
+	if err != nil {
 		return err
 	}
 	e.log.Info("member removed", "id", id)
@@ -168,7 +191,7 @@ func (e *Election) RemoveServer(ctx context.Context, id string) error {
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			e.tellRemoved(id, addr, change.Index())
+			e.tellRemoved(id, addr, index)
 		}()
 	}
 	return nil

@@ -8,9 +8,10 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// ErrRemoved is returned by Lead and WaitLeader on a node that knows it was
-// removed from the cluster (RemoveServer on the leader), and is matched by
-// the *HealthError of its readiness check. Such a node no longer votes or
+// ErrRemoved is returned by WaitLeader on a node that knows it was removed
+// from the cluster (RemoveServer on the leader), and is matched by the
+// *HealthError of its readiness check (Lead keeps waiting instead, and
+// resumes once the node is added back). Such a node no longer votes or
 // leads and no leader will contact it again: restarting it changes nothing
 // (it remembers the configuration that removed it). Add it again
 // (AddVoter, AddMember) or retire it. Add it while a leader it knows

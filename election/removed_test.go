@@ -15,10 +15,11 @@ import (
 
 // TestRemovedNodeKnows: a follower removed from a running cluster learns
 // it was removed and says so — Removed, Status and Leadership report it,
-// Lead and WaitLeader return ErrRemoved, /readyz fails naming the reason,
-// /livez holds (so a supervisor does not restart it in a loop), one log
-// line says it — and still knows after a restart on its data dir. Added
-// again, it is ready again.
+// WaitLeader returns ErrRemoved, /readyz fails naming the reason, /livez
+// holds (so a supervisor does not restart it in a loop), one log line says
+// it — and still knows after a restart on its data dir. Lead does not give
+// up: added again, the node is ready again, and when it leads, the Lead
+// that was running all along runs its fn.
 func TestRemovedNodeKnows(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx := context.Background()
@@ -38,8 +39,15 @@ func TestRemovedNodeKnows(t *testing.T) {
 		t.Fatal(err)
 	}
 	leadErr := make(chan error, 1)
+	ran := make(chan epoch.Epoch, 16)
+	lctx, stopLead := context.WithCancel(ctx)
+	defer stopLead()
 	go func() {
-		leadErr <- f.el.Lead(ctx, func(lctx context.Context, _ epoch.Epoch) error {
+		leadErr <- f.el.Lead(lctx, func(lctx context.Context, ep epoch.Epoch) error {
+			select {
+			case ran <- ep:
+			default:
+			}
 			<-lctx.Done()
 			return nil
 		})
@@ -49,23 +57,36 @@ func TestRemovedNodeKnows(t *testing.T) {
 	// RemoveServer's own once the change commits (TestRemovedWhileReplicating).
 	removeOnLeader(t, c, f.id)
 	waitFor(t, f.id+" to learn it was removed", f.el.Removed)
-	select {
-	case err := <-leadErr:
-		if !errors.Is(err, ErrRemoved) {
-			t.Fatalf("Lead on the removed node returned %v, want ErrRemoved", err)
-		}
-	case <-time.After(waitLong):
-		t.Fatal("Lead on the removed node did not return")
-	}
 	checkRemoved(t, f, h)
 	if n := countLines(c, f.id, "removed from the cluster"); n != 1 {
 		t.Errorf("%s logged %d lines saying it was removed, want 1", f.id, n)
 	}
 
+	select {
+	case err := <-leadErr:
+		t.Fatalf("Lead on the removed %s returned %v; want it to wait", f.id, err)
+	default:
+	}
+
 	// A supervisor restarts it: it still knows.
 	c.stop(f)
+	if err := <-leadErr; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Lead on %s after Close: %v, want ErrClosed", f.id, err)
+	}
 	c.start(f)
 	waitFor(t, f.id+" to know it was removed after a restart", f.el.Removed)
+	// Lead, started while the node is removed, waits.
+	leadErr2 := make(chan error, 1)
+	go func() {
+		leadErr2 <- f.el.Lead(lctx, func(lctx context.Context, ep epoch.Epoch) error {
+			select {
+			case ran <- ep:
+			default:
+			}
+			<-lctx.Done()
+			return nil
+		})
+	}()
 	if h, err = f.el.Health(HealthConfig{NoLeaderTimeout: time.Nanosecond}); err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +97,22 @@ func TestRemovedNodeKnows(t *testing.T) {
 	waitFor(t, f.id+" to be ready again", func() bool { return h.Ready() == nil })
 	if f.el.Removed() || f.el.Status().Removed {
 		t.Fatalf("%s still reports Removed after it was added again", f.id)
+	}
+	onLeader(t, c, "TransferTo("+f.id+")", func(nd *node) error {
+		if nd == f {
+			return nil
+		}
+		return nd.el.TransferTo(ctx, f.id)
+	})
+	select {
+	case ep := <-ran:
+		if ep.Leader != f.id {
+			t.Fatalf("Lead's fn on %s ran with %v", f.id, ep)
+		}
+	case err := <-leadErr2:
+		t.Fatalf("Lead on %s returned %v", f.id, err)
+	case <-time.After(waitLong):
+		t.Fatalf("Lead's fn never ran on %s once it was added back and led", f.id)
 	}
 }
 
@@ -163,9 +200,6 @@ func checkRemoved(t *testing.T, f *node, h *Health) {
 	defer cancel()
 	if _, err := f.el.WaitLeader(ctx); !errors.Is(err, ErrRemoved) {
 		t.Errorf("WaitLeader on the removed node: %v, want ErrRemoved", err)
-	}
-	if err := f.el.Lead(ctx, func(context.Context, epoch.Epoch) error { return nil }); !errors.Is(err, ErrRemoved) {
-		t.Errorf("Lead on the removed node: %v, want ErrRemoved", err)
 	}
 	if err := h.Live(); err != nil {
 		t.Errorf("Live on the removed node: %v, want nil (a restart would change nothing)", err)

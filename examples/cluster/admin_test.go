@@ -56,6 +56,7 @@ func TestAdminRefusesCrossSite(t *testing.T) {
 		"/resign":   `{}`,
 		"/transfer": `{"id":"evil"}`,
 		"/remove":   `{"id":"n1"}`,
+		"/replace":  `{"replaces":"n1","id":"evil","addr":"127.0.0.1:7999"}`,
 		"/write":    `{"value":"from a web page"}`,
 		"/fault":    `{"op":"isolate"}`,
 	}

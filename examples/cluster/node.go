@@ -31,6 +31,7 @@ type nodeConfig struct {
 	DataDir         string
 	Bootstrap       []election.Server
 	Join            string
+	Replaces        string // -replaces: the member this node replaces when it joins
 	Store           string
 	TokenKey        string
 	TLSCert, TLSKey string
@@ -61,6 +62,7 @@ func nodeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.DataDir, "data", "", "data directory for the durable Raft state (required)")
 	fs.StringVar(&bootstrap, "bootstrap", "", `initial voters "id=raftaddr,id=raftaddr,..." (first start only; harmless on restart)`)
 	fs.StringVar(&cfg.Join, "join", "", "HTTP address of a running node to join through (a follower answers 503 naming the leader; this node then asks the leader)")
+	fs.StringVar(&cfg.Replaces, "replaces", "", "with -join: the ID of the voter this node replaces (a dead one): it is removed and this node made a voter in one safe operation")
 	fs.StringVar(&cfg.Store, "store", "", "URL of the fenced store, e.g. http://127.0.0.1:7000 (optional)")
 	fs.StringVar(&cfg.TokenKey, "token-key", "", "HMAC key file shared with the store (without it tokens are unsigned: a warning is logged)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "this node's PEM certificate (with -tls-key and -tls-ca: mutual TLS for Raft and the HTTP API)")
@@ -127,6 +129,17 @@ func (c *nodeConfig) check() error {
 	}
 	if len(c.Bootstrap) == 0 && c.Join == "" && !hasState(c.DataDir) {
 		return fmt.Errorf("-data %s holds no Raft state and neither -bootstrap nor -join is given: this node would wait forever for a cluster; give -bootstrap to start a new one or -join to join a running one", c.DataDir)
+	}
+	if c.Replaces != "" {
+		if c.Join == "" {
+			return errors.New("-replaces needs -join: the replacement joins through a running node")
+		}
+		if err := epoch.ValidateName(c.Replaces); err != nil {
+			return fmt.Errorf("-replaces %q: %v", c.Replaces, err)
+		}
+		if c.Replaces == c.ID {
+			return fmt.Errorf("-replaces %s names this node's own ID: a node whose data was lost rejoins under a new ID", c.Replaces)
+		}
 	}
 	if c.Heartbeat < 10*time.Millisecond {
 		return fmt.Errorf("-heartbeat %v is below 10ms", c.Heartbeat)
@@ -379,9 +392,10 @@ func (n *node) leadWrites(ctx, lctx context.Context, ep epoch.Epoch) error {
 func (n *node) joinLoop(ctx context.Context) {
 	defer n.wg.Done()
 	target := n.cfg.Join
-	body := joinRequest{ID: n.cfg.ID, Addr: string(n.faulty.LocalAddr()), HTTP: n.httpAddr}
+	body := joinRequest{ID: n.cfg.ID, Addr: string(n.faulty.LocalAddr()), HTTP: n.httpAddr, Replaces: n.cfg.Replaces}
+	lastStatus := -1
 	for attempt := 0; ; attempt++ {
-		next, err := n.tryJoin(ctx, target, body)
+		next, status, err := n.tryJoin(ctx, target, body)
 		if err == nil {
 			n.log.Info("joined the cluster", "via", target)
 			return
@@ -391,7 +405,10 @@ func (n *node) joinLoop(ctx context.Context) {
 		} else {
 			target = n.cfg.Join
 		}
-		if attempt%10 == 0 {
+		// Every tenth attempt, and every change of answer (a refusal says
+		// what to fix: the operator should see it at once).
+		if attempt%10 == 0 || status != lastStatus {
+			lastStatus = status
 			n.log.Info("join: retrying", "error", err, "next", target)
 		}
 		select {
@@ -425,7 +442,7 @@ func (n *node) recordHTTPLoop(ctx context.Context) {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, n.cfg.Heartbeat)
-		_, err := n.tryJoin(rctx, h, body)
+		_, _, err := n.tryJoin(rctx, h, body)
 		cancel()
 		if err != nil {
 			n.log.Debug("recording this node's HTTP address with the leader", "error", err)
@@ -433,18 +450,19 @@ func (n *node) recordHTTPLoop(ctx context.Context) {
 	}
 }
 
-// tryJoin sends one POST /join. On a "not leader" answer it returns the
-// leader's HTTP address to try next.
-func (n *node) tryJoin(ctx context.Context, target string, body joinRequest) (next string, err error) {
+// tryJoin sends one POST /join and returns the answer's status (0: no
+// answer). On a "not leader" answer it returns the leader's HTTP address
+// to try next.
+func (n *node) tryJoin(ctx context.Context, target string, body joinRequest) (next string, status int, err error) {
 	var reply errorBody
-	status, err := n.postJSON(ctx, n.nodeURL(target)+"/join", body, &reply)
+	status, err = n.postJSON(ctx, n.nodeURL(target)+"/join", body, &reply)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if status == http.StatusOK {
-		return "", nil
+		return "", status, nil
 	}
-	return reply.LeaderHTTP, fmt.Errorf("join via %s: %d %s", target, status, reply.Error)
+	return reply.LeaderHTTP, status, fmt.Errorf("join via %s: %d %s", target, status, reply.Error)
 }
 
 // nodeURL turns a node's address (host:port, or a URL) into its API base

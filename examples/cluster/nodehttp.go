@@ -31,6 +31,7 @@ func (n *node) routes() http.Handler {
 	mux.HandleFunc("/join", mutating(n.handleJoin))
 	mux.HandleFunc("/transfer", mutating(n.handleTransfer))
 	mux.HandleFunc("/remove", mutating(n.handleRemove))
+	mux.HandleFunc("/replace", mutating(n.handleReplace))
 	mux.Handle("/metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
 	// Liveness and readiness probes (election.Health): not ready while no
 	// leader is known, not live once that lasted 10 heartbeats.
@@ -165,6 +166,9 @@ type joinRequest struct {
 	ID   string `json:"id"`
 	Addr string `json:"addr"`
 	HTTP string `json:"http,omitempty"`
+	// Replaces, if set, names the voter the new node replaces:
+	// election.ReplaceServer instead of AddMember.
+	Replaces string `json:"replaces,omitempty"`
 }
 
 // handleJoin adds a voter. Every input is checked before the cluster is
@@ -183,6 +187,28 @@ func (n *node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "node: join: "+err.Error())
 		return
 	}
+	n.join(w, r, req)
+}
+
+// handleReplace is POST /replace {"replaces": OLD, "id": NEW, "addr":
+// RAFTADDR, "http": HTTPADDR}: /join with "replaces" required, for an
+// operator replacing a dead voter with a node already running (one started
+// with -join ... -replaces OLD asks for it itself).
+func (n *node) handleReplace(w http.ResponseWriter, r *http.Request) {
+	var req joinRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "node: replace: "+err.Error())
+		return
+	}
+	if req.Replaces == "" {
+		writeError(w, http.StatusBadRequest, `node: replace: "replaces" (the ID of the voter to replace) is required`)
+		return
+	}
+	n.join(w, r, req)
+}
+
+// join adds req's node as a voter, or makes it replace req.Replaces.
+func (n *node) join(w http.ResponseWriter, r *http.Request, req joinRequest) {
 	if req.HTTP != "" {
 		if err := checkHostPort("http", req.HTTP); err != nil {
 			writeError(w, http.StatusBadRequest, "node: join: "+err.Error())
@@ -195,21 +221,62 @@ func (n *node) handleJoin(w http.ResponseWriter, r *http.Request) {
 			member = member || (m.ID == req.ID && m.Addr == req.Addr && m.Voter)
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+	if req.Replaces != "" {
+		if err := epoch.ValidateName(req.Replaces); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("node: join: replaces %q: %v", req.Replaces, err))
+			return
+		}
+	}
+	// Long enough for a new node to catch up as a non-voter; a node that
+	// has not is answered 409 (refused, it stays a non-voter) and asks
+	// again.
+	ctx, cancel := context.WithTimeout(r.Context(), 5*n.cfg.Heartbeat)
 	defer cancel()
-	err := n.el.AddMember(ctx, election.Member{ID: req.ID, Addr: req.Addr, Voter: true, Meta: req.HTTP})
-	if errors.Is(err, election.ErrNotLeader) {
-		n.notLeader(w)
-		return
+	m := election.Member{ID: req.ID, Addr: req.Addr, Voter: true, Meta: req.HTTP}
+	var err error
+	if req.Replaces != "" {
+		err = n.el.ReplaceServer(ctx, req.Replaces, m)
+	} else {
+		err = n.el.AddMember(ctx, m)
 	}
 	if err != nil {
-		writeError(w, statusOf(err), "node: join: "+err.Error())
+		n.changeError(w, "join", err)
 		return
 	}
 	if !member {
-		n.log.Info("added voter", "id", req.ID, "addr", req.Addr)
+		n.log.Info("added voter", "id", req.ID, "addr", req.Addr, "replaced", req.Replaces)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": req.ID, "addr": req.Addr, "already_member": member})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "state": "committed", "id": req.ID, "addr": req.Addr,
+		"already_member": member, "replaced": req.Replaces})
+}
+
+// changeBody is the answer to a membership change that did not commit.
+type changeBody struct {
+	Error string `json:"error"`
+	// State is "refused" (nothing changed by the step named in Error: fix
+	// what it says and ask again) or "in_flight" (the change may still
+	// commit: it is decided once the leader's commit index reaches Index;
+	// read /status then).
+	State string `json:"state"`
+	Index uint64 `json:"index,omitempty"`
+}
+
+// changeError answers a membership change that did not commit: 202 in
+// flight (with the index that decides it), a not-leader answer (503) for
+// a change refused because this node does not lead, and otherwise the
+// refusal's status: 409 for a change that would cost the quorum or whose
+// new server has not caught up (election.ErrQuorumAtRisk,
+// election.ErrNotCaughtUp), see statusOf for the rest.
+func (n *node) changeError(w http.ResponseWriter, op string, err error) {
+	var ce *election.ChangeError
+	switch {
+	case errors.As(err, &ce) && ce.State == election.ChangeInFlight:
+		writeJSON(w, http.StatusAccepted, changeBody{Error: "node: " + op + ": " + err.Error(), State: "in_flight", Index: ce.Index})
+	case errors.Is(err, election.ErrNotLeader):
+		n.notLeader(w)
+	default:
+		writeJSON(w, statusOf(err), changeBody{Error: "node: " + op + ": " + err.Error(), State: "refused"})
+	}
 }
 
 // idRequest is the body of POST /transfer and POST /remove.
@@ -237,12 +304,27 @@ func (n *node) handleTransfer(w http.ResponseWriter, r *http.Request) {
 // handleRemove removes a member from the cluster: 404 for an ID that is
 // not a member, 409 for the last voter (a cluster without voters can never
 // elect again); election.RemoveServer refuses both.
+// A removal that would leave fewer reachable voters than a quorum is
+// refused (409), one whose commit this node could not see answers 202 in
+// flight (changeError).
 func (n *node) handleRemove(w http.ResponseWriter, r *http.Request) {
-	if _, ok := n.adminByID(w, r, "remove", n.el.RemoveServer); !ok {
+	var req idRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "node: remove: "+err.Error())
+		return
+	}
+	if err := epoch.ValidateName(req.ID); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: remove: id %q: %v", req.ID, err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+	defer cancel()
+	if err := n.el.RemoveServer(ctx, req.ID); err != nil {
+		n.changeError(w, "remove", err)
 		return
 	}
 	id, h := n.leaderInfo()
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "leader": id, "leader_http": h})
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "state": "committed", "leader": id, "leader_http": h})
 }
 
 // adminByID reads an idRequest and runs fn on its ID. On any failure it
@@ -278,7 +360,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, election.ErrInvalidArgument):
 		return http.StatusBadRequest
-	case errors.Is(err, election.ErrLastVoter), errors.Is(err, election.ErrDuplicateMember):
+	case errors.Is(err, election.ErrLastVoter), errors.Is(err, election.ErrDuplicateMember),
+		errors.Is(err, election.ErrQuorumAtRisk), errors.Is(err, election.ErrNotCaughtUp):
 		return http.StatusConflict
 	case errors.Is(err, election.ErrNotLeader), errors.Is(err, election.ErrClosed),
 		errors.Is(err, election.ErrTransfer), errors.Is(err, context.DeadlineExceeded):

@@ -133,6 +133,7 @@ var mutantSets = []struct {
 	{"pg", pgMutants},
 	{"durable", durableMutants},
 	{"wire", wireMutants},
+	{"membership", membershipMutants},
 }
 
 // mutantSet returns the mutants of a -set name.
