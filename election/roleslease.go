@@ -51,9 +51,13 @@ type roles struct {
 	// member can be given exactly k roles.
 	noBalance atomic.Bool
 
-	// Member side: this member's lease holds while clk() < leaseUntil.
-	leaseUntil atomicDur
-	renewCh    chan struct{} // poke: renew now
+	// Member side: this member's lease holds while clk() < lease.until.
+	lease   atomic.Pointer[leaseState]
+	renewCh chan struct{} // poke: renew now
+	lapseCh chan struct{} // poke: the lease was extended (lapseLoop)
+	// epochHook, set by tests only, runs inside RoleEpoch between its read
+	// of the grant and its read of the lease.
+	epochHook atomic.Pointer[func()]
 
 	// Leader side.
 	mu       sync.Mutex
@@ -83,6 +87,15 @@ type memberView struct {
 	mustApply uint64 // the latest such entry's index
 }
 
+// leaseState is a member's role lease: it holds while clk() < until. gen
+// counts the holds: it goes up whenever the lease is extended after it had
+// lapsed, so (grant, gen) names one unbroken hold of one grant (LeadRole
+// runs its function once per such hold).
+type leaseState struct {
+	until time.Duration
+	gen   uint64
+}
+
 // renewal is one pending renewal request.
 type renewal struct {
 	id, addr string
@@ -97,7 +110,7 @@ func newRoles(e *Election, c Config) *roles {
 	if clk == nil {
 		clk = monoClock()
 	}
-	return &roles{
+	rs := &roles{
 		e:        e,
 		t:        newRoleTable(),
 		clk:      clk,
@@ -105,9 +118,12 @@ func newRoles(e *Election, c Config) *roles {
 		hold:     holdOf(c.RoleLease),
 		noRoles:  c.NoRoles,
 		renewCh:  make(chan struct{}, 1),
+		lapseCh:  make(chan struct{}, 1),
 		serveCh:  make(chan struct{}, 1),
 		assignCh: make(chan struct{}, 1),
 	}
+	rs.lease.Store(&leaseState{})
+	return rs
 }
 
 // holdOf is a member's hold H for the leader's bound B: 4/5 of it. A
@@ -127,16 +143,28 @@ func (rs *roles) renewEvery() time.Duration { return max(rs.hold/5*2, time.Milli
 
 // leaseHolds reports whether this member's role lease holds now (R3).
 func (rs *roles) leaseHolds() bool {
-	return rs.clk() < rs.leaseUntil.load()
+	_, ok := rs.leaseNow()
+	return ok
 }
 
-// start runs the member's renewal loop and the leader's service, leader
-// watch and assigner: four goroutines per Election, none per role.
+// leaseNow returns the lease's hold count and whether it holds now.
+func (rs *roles) leaseNow() (gen uint64, holds bool) {
+	l := rs.lease.Load()
+	return l.gen, rs.clk() < l.until
+}
+
+// leaseUntil returns when the lease lapses on the role clock.
+func (rs *roles) leaseUntil() time.Duration { return rs.lease.Load().until }
+
+// start runs the member's renewal loop and lapse watch and the leader's
+// service, leader watch and assigner: five goroutines per Election, none
+// per role.
 func (rs *roles) start() {
 	e := rs.e
 	rs.t.onApply = rs.applied
-	e.wg.Add(4)
+	e.wg.Add(5)
 	go rs.renewLoop()
+	go rs.lapseLoop()
 	go rs.serveLoop()
 	go rs.leaderLoop()
 	go rs.assignLoop()
@@ -158,17 +186,20 @@ func (rs *roles) applied(index uint64, ent *roleEntry) {
 	poke(rs.assignCh)
 }
 
-// renewLoop renews this member's lease every renewEvery — counted from the
-// send time of the latest granted renewal, so a leader whose batches renew
-// it skips its own — and on every poke, and wakes the role table's waiters
-// when the lease lapses.
+// renewLoop renews this member's lease every renewEvery, counted from the
+// send time of its latest renewal (not from the answer: at a round trip of
+// a fifth of the interval, counting from the answer would send every
+// renewal that much later, and a lost one would leave too little of the
+// hold for the next) — and on every poke. A leader counts from the send
+// time of the latest granted renewal instead, so that the batches it
+// serves, which renew it too, spare it its own.
 func (rs *roles) renewLoop() {
 	e := rs.e
 	defer e.wg.Done()
 	interval := rs.renewEvery()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	held := false
+	lastSend, sent := time.Duration(0), false
 	for {
 		poked := false
 		select {
@@ -181,30 +212,29 @@ func (rs *roles) renewLoop() {
 		// fresh: how long until the latest granted renewal's send is an
 		// interval old (a leader's batches renew it between its own).
 		fresh := func() time.Duration {
-			if until := rs.leaseUntil.load(); until != 0 {
+			if until := rs.leaseUntil(); until != 0 {
 				return until - rs.hold + interval - rs.clk()
 			}
 			return 0
 		}
 		_, leads := e.held()
 		if poked || !leads || fresh() <= 0 {
-			rs.renewOnce()
+			if s, ok := rs.renewOnce(); ok {
+				lastSend, sent = s, true
+			}
 		}
 		now := rs.clk()
 		next := interval
+		if sent {
+			next = lastSend + interval - now
+		}
 		if _, leads := e.held(); leads {
-			// At least an eighth of an interval: a clock that runs slow
-			// (tests) must not spin this loop.
-			next = min(interval, max(fresh(), interval/8))
+			next = min(interval, fresh())
 		}
-		until := rs.leaseUntil.load()
-		if h := now < until; h != held {
-			held = h
-			rs.t.broadcast() // the lease started or lapsed: LeadRole, ObserveRoles
-		}
-		if held && until-now < next {
-			next = until - now + time.Millisecond
-		}
+		// At least an eighth of an interval: a slow renewal (an RPC that
+		// timed out) or a clock that runs slow (tests) must not spin this
+		// loop.
+		next = max(next, interval/8)
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -215,18 +245,58 @@ func (rs *roles) renewLoop() {
 	}
 }
 
+// lapseLoop wakes the role table's waiters (LeadRole, ObserveRoles) the
+// moment this member's lease lapses, on a timer of its own: the renewal
+// loop may be waiting for an RPC then, up to the transport's timeout.
+func (rs *roles) lapseLoop() {
+	e := rs.e
+	defer e.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	held := false
+	for {
+		l := rs.lease.Load()
+		now := rs.clk()
+		h := now < l.until
+		if h != held {
+			held = h
+			rs.t.broadcast()
+		}
+		next := time.Hour
+		if h {
+			// The role clock may run at another rate than the timer's
+			// (tests): wake, look, and wait again, never in a spin.
+			next = max(l.until-now, time.Millisecond)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+		select {
+		case <-e.stop:
+			return
+		case <-timer.C:
+		case <-rs.lapseCh:
+		}
+	}
+}
+
 // renewOnce sends one renewal to the leader this node knows and extends the
-// lease if the leader granted it.
-func (rs *roles) renewOnce() {
+// lease if the leader granted it. It returns the renewal's send time, and
+// false if it sent none (no roles, no leader known).
+func (rs *roles) renewOnce() (time.Duration, bool) {
 	e := rs.e
 	if rs.t.empty() {
 		// No roles: a group that uses none pays nothing (no renewals, no
-		// VerifyLeader rounds). The first role entry applied pokes the loop.
-		return
+		// proof rounds). The first role entry applied pokes the loop.
+		return 0, false
 	}
 	addr, id := e.raft.LeaderWithID()
 	if id == "" {
-		return
+		return 0, false
 	}
 	flags := rs.flags()
 	applied := rs.t.applied()
@@ -239,7 +309,7 @@ func (rs *roles) renewOnce() {
 		select {
 		case granted = <-done:
 		case <-e.stop:
-			return
+			return s, true
 		}
 	} else {
 		req := &raft.RequestPreVoteRequest{
@@ -251,20 +321,39 @@ func (rs *roles) renewOnce() {
 		var resp raft.RequestPreVoteResponse
 		if err := e.cfg.Transport.RequestPreVote(id, addr, req, &resp); err != nil {
 			e.log.Debug("roles: renewal failed", "leader", id, "error", err)
-			return
+			return s, true
 		}
 		granted = resp.Granted
 	}
 	if granted {
 		rs.extend(s)
 	}
+	return s, true
 }
 
 // extend extends this member's lease to s + H for a granted renewal sent
-// at s.
+// at s. An extension of a lease that had lapsed starts a new hold (gen + 1)
+// and wakes the role table's waiters.
 func (rs *roles) extend(s time.Duration) {
-	if until := s + rs.hold; until > rs.leaseUntil.load() {
-		rs.leaseUntil.store(until)
+	until := s + rs.hold
+	for {
+		old := rs.lease.Load()
+		if until <= old.until {
+			return
+		}
+		now := rs.clk()
+		nl := &leaseState{until: until, gen: old.gen}
+		started := now >= old.until
+		if started {
+			nl.gen++
+		}
+		if rs.lease.CompareAndSwap(old, nl) {
+			if started && now < until {
+				rs.t.broadcast() // a hold started: LeadRole, ObserveRoles
+			}
+			poke(rs.lapseCh)
+			return
+		}
 	}
 }
 
@@ -275,11 +364,7 @@ func (rs *roles) selfRenewal() renewal {
 	return renewal{id: rs.e.cfg.ID, addr: rs.e.localAddr, applied: rs.t.applied(), flags: rs.flags(), recv: s,
 		answer: func(g bool, _ uint64) {
 			if g {
-				held := rs.leaseHolds()
 				rs.extend(s)
-				if !held {
-					rs.t.broadcast() // the lease started: LeadRole, ObserveRoles
-				}
 			}
 		}}
 }

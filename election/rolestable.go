@@ -61,6 +61,10 @@ type roleTable struct {
 	// ch is closed (and replaced) on every change: a broadcast that costs
 	// the same however many roles or waiters there are.
 	ch chan struct{}
+	// ver counts the changes (every broadcast): a reader that sees the
+	// same ver before and after reading something else knew the table
+	// unchanged in between (roleHold).
+	ver uint64
 	// onApply is called after every applied entry, without the lock.
 	onApply func(index uint64, ent *roleEntry)
 }
@@ -82,6 +86,7 @@ func (t *roleTable) changed() <-chan struct{} {
 
 // broadcastLocked wakes every waiter on changed. Call with mu held.
 func (t *roleTable) broadcastLocked() {
+	t.ver++
 	close(t.ch)
 	t.ch = make(chan struct{})
 }
@@ -97,6 +102,20 @@ func (t *roleTable) get(role string) (RoleGrant, bool) {
 	defer t.mu.RUnlock()
 	g, ok := t.st.Roles[role]
 	return g, ok
+}
+
+// getVer returns role's grant with the table's change count.
+func (t *roleTable) getVer(role string) (RoleGrant, bool, uint64) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	g, ok := t.st.Roles[role]
+	return g, ok, t.ver
+}
+
+func (t *roleTable) version() uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.ver
 }
 
 func (t *roleTable) empty() bool {

@@ -40,7 +40,7 @@ func main() {
 		bound   = flag.Duration("timeout", 6*time.Minute, "time bound of one mutant's tests")
 		root    = flag.String("root", ".", "the module's root")
 		verbose = flag.Bool("v", false, "print the failing output of killed mutants")
-		set     = flag.String("set", "issue27", "which mutants: issue27 (issue 27's 48), round (the round's new code), all")
+		set     = flag.String("set", "issue27", "which mutants: issue27 (issue 27's 48), round (the round's new code), roles (roles' liveness, admin paths and proof of leadership), all")
 	)
 	flag.Parse()
 	all, err := mutantSet(*set)
@@ -101,10 +101,12 @@ func mutantSet(name string) ([]mutant, error) {
 		return mutants, nil
 	case "round":
 		return roundMutants, nil
+	case "roles":
+		return rolesMutants, nil
 	case "all":
-		return append(append([]mutant(nil), mutants...), roundMutants...), nil
+		return append(append(append([]mutant(nil), mutants...), roundMutants...), rolesMutants...), nil
 	}
-	return nil, fmt.Errorf("-set %q: want issue27, round or all", name)
+	return nil, fmt.Errorf("-set %q: want issue27, round, roles or all", name)
 }
 
 func selected(all []mutant, only string) []mutant {
