@@ -294,7 +294,7 @@ func (e *Election) AddRoles(ctx context.Context, names ...string) error {
 			return err
 		}
 	}
-	return e.roles.leaderApply(ctx, &roleEntry{Add: slices.Clone(names)}, nil)
+	return e.roles.leaderApply(ctx, &roleEntry{Add: slices.Clone(names)}, nil, nil)
 }
 
 // RemoveRoles deletes roles from the table: their owners stop holding them
@@ -312,7 +312,7 @@ func (e *Election) RemoveRoles(ctx context.Context, names ...string) error {
 			from = append(from, g.Owner)
 		}
 	}
-	return e.roles.leaderApply(ctx, &roleEntry{Remove: slices.Clone(names)}, from)
+	return e.roles.leaderApply(ctx, &roleEntry{Remove: slices.Clone(names)}, from, nil)
 }
 
 // MoveRole hands role r over to member to: the leader revokes r (its owner
@@ -340,7 +340,12 @@ func (e *Election) MoveRole(ctx context.Context, r, to string) error {
 	if g.Owner != "" {
 		from = []string{g.Owner}
 	}
-	return e.roles.leaderApply(ctx, &roleEntry{Set: map[string]string{r: ""}}, from)
+	undo := func() { // the revoke failed: forget the target (under rs.mu)
+		if e.roles.ls.prefer != nil && e.roles.ls.prefer[r] == to {
+			delete(e.roles.ls.prefer, r)
+		}
+	}
+	return e.roles.leaderApply(ctx, &roleEntry{Set: map[string]string{r: ""}}, from, undo)
 }
 
 // roleLeaseDefault is RoleLease when Config.RoleLease is zero.

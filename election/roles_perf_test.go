@@ -229,7 +229,7 @@ func measureFailover(t *testing.T, roles []string, k int, lease time.Duration) t
 					break
 				}
 			}
-			if err := ld.roles.leaderApply(context.Background(), &roleEntry{Set: part}, nil); err != nil {
+			if err := ld.roles.leaderApply(context.Background(), &roleEntry{Set: part}, nil, nil); err != nil {
 				t.Logf("placing roles: %v; again", err)
 				failed = true
 			}

@@ -58,6 +58,9 @@ type roles struct {
 	// epochHook, set by tests only, runs inside RoleEpoch between its read
 	// of the grant and its read of the lease.
 	epochHook atomic.Pointer[func()]
+	// applyHook, set by tests only, runs in leaderApply right after the
+	// entry is issued.
+	applyHook atomic.Pointer[func()]
 
 	// Leader side.
 	mu       sync.Mutex
@@ -566,7 +569,7 @@ func (rs *roles) leaderLoop() {
 		rs.mu.Unlock()
 		e.log.Debug("roles: serving renewals", "term", t)
 		if missing := rs.missingRoles(); len(missing) > 0 {
-			if err := rs.leaderApply(ctx, &roleEntry{Add: missing}, nil); err != nil {
+			if err := rs.leaderApply(ctx, &roleEntry{Add: missing}, nil, nil); err != nil {
 				e.log.Debug("roles: adding Config.Roles failed", "error", err)
 			}
 		}
@@ -594,15 +597,38 @@ func (rs *roles) setPrefer(r, to string) {
 
 // leaderApply appends ent as this term's leader, with every member of
 // from blocked from renewal until it reports the entry applied (R5); it
-// returns once the entry is applied here.
-func (rs *roles) leaderApply(ctx context.Context, ent *roleEntry, from []string) error {
+// returns once the entry is applied here, or when ctx ends.
+//
+// It leaves nothing behind, whatever ctx does: an ended ctx appends
+// nothing and blocks nobody; once the entry is issued, the blocks end when
+// raft resolves it, not when the caller stops waiting — applied: each
+// member then must report it applied before its next renewal; failed: it
+// was not committed in this term (a later leader that commits it starts
+// with its own state, and its Barrier makes its table hold the entry), so
+// the blocks simply end and undo, if set, runs under rs.mu. Cancelling ctx
+// stops the wait, not the commit.
+func (rs *roles) leaderApply(ctx context.Context, ent *roleEntry, from []string, undo func()) error {
 	e := rs.e
 	if e.closed.Load() {
 		return ErrClosed
 	}
+	data, err := jsonMarshal(ent)
+	if err != nil {
+		return err
+	}
 	rs.mu.Lock()
+	if err := ctx.Err(); err != nil {
+		if undo != nil {
+			undo()
+		}
+		rs.mu.Unlock()
+		return err // nothing issued
+	}
 	term := rs.ls.term
 	if t, ok := e.held(); !ok || term == 0 || t != term {
+		if undo != nil {
+			undo()
+		}
 		rs.mu.Unlock()
 		return e.notLeader()
 	}
@@ -610,13 +636,38 @@ func (rs *roles) leaderApply(ctx context.Context, ent *roleEntry, from []string)
 		rs.blockLocked(id)
 	}
 	rs.mu.Unlock()
-	idx, err := rs.apply(ctx, ent)
-	rs.mu.Lock()
-	for _, id := range from {
-		rs.unblockLocked(id, term, idx, err)
+	f := e.raft.ApplyLog(raft.Log{Data: data, Extensions: []byte(rolesExtension)}, 0)
+	if h := rs.applyHook.Load(); h != nil {
+		(*h)()
 	}
-	rs.mu.Unlock()
-	return err
+	res := make(chan error, 1)
+	go func() {
+		err := e.wait(context.Background(), f) // ends with raft's answer, or at Close
+		var idx uint64
+		if err == nil {
+			idx = f.Index()
+		}
+		rs.mu.Lock()
+		for _, id := range from {
+			rs.unblockLocked(id, term, idx)
+		}
+		if err != nil && undo != nil {
+			undo()
+		}
+		rs.mu.Unlock()
+		if errors.Is(err, raft.ErrRaftShutdown) && e.closed.Load() {
+			err = ErrClosed
+		}
+		res <- e.configErr("role entry", err)
+	}()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.stop:
+		return ErrClosed
+	}
 }
 
 func (rs *roles) blockLocked(id string) {
@@ -628,11 +679,11 @@ func (rs *roles) blockLocked(id string) {
 	m.blocked++
 }
 
-// unblockLocked ends one block of id set in term. After a failed append the
-// member stays blocked for the rest of the term: the entry may still
-// commit.
-func (rs *roles) unblockLocked(id string, term, idx uint64, err error) {
-	if rs.ls.term != term || err != nil {
+// unblockLocked ends one block of id set in term, once raft resolved the
+// entry that set it: idx is the entry's index if it was applied, 0 if it
+// failed.
+func (rs *roles) unblockLocked(id string, term, idx uint64) {
+	if rs.ls.term != term {
 		return
 	}
 	m := rs.ls.members[id]

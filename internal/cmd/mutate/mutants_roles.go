@@ -15,4 +15,12 @@ var rolesMutants = []mutant{
 		What:        "a lapsed lease wakes nobody until the renewal loop looks again (after its RPC)",
 		Original:    "\t\tif h != held {\n\t\t\theld = h\n\t\t\trs.t.broadcast()\n\t\t}",
 		Replacement: "\t\tif h != held {\n\t\t\theld = h\n\t\t}"},
+	{ID: "RV-ctx", File: "election/roleslease.go", Packages: pkElection, Run: runRolesLive,
+		What:        "an admin call with an ended context blocks the old owners and leaves them blocked",
+		Original:    "\trs.mu.Lock()\n\tif err := ctx.Err(); err != nil {",
+		Replacement: "\trs.mu.Lock()\n\tfor _, id := range from {\n\t\trs.blockLocked(id)\n\t}\n\tif err := ctx.Err(); err != nil {"},
+	{ID: "RV-undo", File: "election/roles.go", Packages: pkElection, Run: runRolesLive,
+		What:        "a failed MoveRole leaves its handover target behind",
+		Original:    "\t\tif e.roles.ls.prefer != nil && e.roles.ls.prefer[r] == to {",
+		Replacement: "\t\tif false {"},
 }
