@@ -132,3 +132,51 @@ func indexOf(s []string, v string) int {
 	}
 	return -1
 }
+
+// TestRolesEpochOneDecision: RoleEpoch decides on the grant and the lease
+// at one instant. The test applies a later entry for the role (a revoke)
+// between RoleEpoch's read of the grant and its read of the lease; the call
+// must then refuse, as the table no longer granted the role when the lease
+// was read. Seen failing with the two read separately (the call returned
+// the revoked grant).
+func TestRolesEpochOneDecision(t *testing.T) {
+	roles := roleNames(3)
+	c, rc := newRoleCluster(t, 3, withRoles(roles, 4*testHT))
+	all := ids(c)
+	owners := settled(t, c, roles, all...)
+	rc.close() // the checker's poller calls RoleEpoch too: only the test may meet the hook
+	r := roles[0]
+	nd := c.byID(owners[r])
+	before, err := nd.el.RoleEpoch(r)
+	if err != nil {
+		t.Skipf("%s no longer holds %s: %v", nd.id, r, err)
+	}
+	var fired bool
+	hook := func() {
+		if fired {
+			return
+		}
+		fired = true
+		onServingLeader(t, c, "MoveRole "+r, func(ld *node) error {
+			g := ld.el.RoleGrants()[r]
+			if g.Grant != before.Term {
+				return nil // moved already
+			}
+			return ld.el.MoveRole(context.Background(), r, all[(indexOf(all, nd.id)+1)%len(all)])
+		})
+		waitFor(t, nd.id+" to apply the revoke of "+r, func() bool {
+			g, _ := nd.el.roles.t.get(r)
+			return g.Grant != before.Term
+		})
+	}
+	nd.el.roles.epochHook.Store(&hook)
+	ep, err := nd.el.RoleEpoch(r)
+	nd.el.roles.epochHook.Store(nil)
+	if !fired {
+		t.Fatal("the hook did not run")
+	}
+	if err == nil {
+		t.Errorf("RoleEpoch(%s) = %v after %s applied a later entry for it (before the lease was read)", r, ep, nd.id)
+	}
+	settled(t, c, roles, all...)
+}

@@ -39,6 +39,11 @@ import (
 // set.
 const renewFlagNoRoles = 1
 
+// renewFlagProbe marks a leader's proof probe instead of a renewal: its
+// LastLogIndex carries the leader's term, and the receiver grants it iff
+// its own current term is that term (see proveLeader).
+const renewFlagProbe = 2
+
 // roles is one Election's role machinery.
 type roles struct {
 	e       *Election
@@ -58,6 +63,9 @@ type roles struct {
 	// epochHook, set by tests only, runs inside RoleEpoch between its read
 	// of the grant and its read of the lease.
 	epochHook atomic.Pointer[func()]
+	// proofHook, set by tests only, runs in proveLeader once the probes
+	// are sent.
+	proofHook atomic.Pointer[func()]
 	// applyHook, set by tests only, runs in leaderApply right after the
 	// entry is issued.
 	applyHook atomic.Pointer[func()]
@@ -386,6 +394,10 @@ func (rs *roles) intercept(rpc raft.RPC) bool {
 	if !ok || req.Term != 0 {
 		return false
 	}
+	if req.LastLogTerm == renewFlagProbe {
+		rs.answerProbe(rpc, req.LastLogIndex)
+		return true
+	}
 	rs.enqueue(renewal{
 		id: string(req.ID), addr: string(req.Addr), applied: req.LastLogIndex, flags: req.LastLogTerm, recv: rs.clk(),
 		answer: func(g bool, term uint64) {
@@ -410,6 +422,104 @@ func (rs *roles) intercept(rpc raft.RPC) bool {
 // errRenewalRefused answers a role renewal the leader did not grant.
 var errRenewalRefused = errors.New("election: role renewal refused")
 
+// errProbeRefused answers a leader's probe for a term that is not this
+// node's current term.
+var errProbeRefused = errors.New("election: role probe refused: another term")
+
+// answerProbe answers a leader's probe for term at once: granted iff this
+// node's current term is term. A node that voted in a later term has
+// moved to it first (raft persists the term before it votes), so a granted
+// answer says this node had helped elect no newer leader when it answered.
+func (rs *roles) answerProbe(rpc raft.RPC, term uint64) {
+	cur := rs.e.raft.CurrentTerm()
+	ok := cur == term && cur != 0
+	var err error
+	if !ok {
+		err = errProbeRefused
+	}
+	rpc.Respond(&raft.RequestPreVoteResponse{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(rs.e.cfg.ID), Addr: []byte(rs.e.localAddr)},
+		Term:      cur, Granted: ok,
+	}, err)
+}
+
+// proveLeader reports whether this node, leader of term, was still the
+// newest leader when it was called: a quorum of the latest configuration's
+// voters (itself included) answered a probe sent now with term as their
+// current term. Any newer leader was voted in by a quorum that moved to a
+// later term before voting; the two quorums share a voter, whose answer
+// was given after this call began and still named term — so that newer
+// leader was elected after this call began.
+//
+// It is not raft's VerifyLeader: that counts every successful answer that
+// arrives during its round, including late answers to heartbeats sent
+// before the round began, so a deposed leader whose old answers trickle in
+// stays "verified" (docs/DESIGN.md; TestRaftVerifyLeaderCountsLateAnswers).
+func (rs *roles) proveLeader(term uint64) bool {
+	e := rs.e
+	servers, err := e.configuration()
+	if err != nil {
+		return false
+	}
+	var others []raft.Server
+	n, acks := 0, 0
+	for _, s := range servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		n++
+		if string(s.ID) == e.cfg.ID {
+			acks++
+		} else {
+			others = append(others, s)
+		}
+	}
+	quorum := n/2 + 1
+	if n == 0 || acks >= quorum {
+		return n > 0
+	}
+	res := make(chan bool, len(others))
+	for _, s := range others {
+		e.wg.Add(1) // serveLoop is counted: the count is above zero
+		go func() {
+			defer e.wg.Done()
+			res <- rs.probe(s, term)
+		}()
+	}
+	if h := rs.proofHook.Load(); h != nil {
+		(*h)()
+	}
+	for range others {
+		select {
+		case ok := <-res:
+			if ok {
+				if acks++; acks >= quorum {
+					return true
+				}
+			}
+		case <-e.stop:
+			return false
+		}
+	}
+	return false
+}
+
+// probe sends s one probe for term and reports whether s granted it.
+func (rs *roles) probe(s raft.Server, term uint64) bool {
+	e := rs.e
+	req := &raft.RequestPreVoteRequest{
+		RPCHeader:    raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(e.cfg.ID), Addr: []byte(e.localAddr)},
+		Term:         0, // a renewal-shaped request: raft never sends term 0
+		LastLogIndex: term,
+		LastLogTerm:  renewFlagProbe,
+	}
+	var resp raft.RequestPreVoteResponse
+	if err := e.cfg.Transport.RequestPreVote(s.ID, s.Address, req, &resp); err != nil {
+		return false
+	}
+	return resp.Granted && resp.Term == term
+}
+
 func (rs *roles) enqueue(r renewal) {
 	rs.mu.Lock()
 	rs.pending = append(rs.pending, r)
@@ -417,8 +527,8 @@ func (rs *roles) enqueue(r renewal) {
 	poke(rs.serveCh)
 }
 
-// serveLoop answers renewals in batches: each batch after one VerifyLeader
-// round begun after every renewal in it arrived.
+// serveLoop answers renewals in batches: each batch after one proof round
+// (proveLeader) begun after every renewal in it arrived.
 func (rs *roles) serveLoop() {
 	e := rs.e
 	defer e.wg.Done()
@@ -444,7 +554,7 @@ func (rs *roles) serveLoop() {
 		if !self && !rs.t.empty() {
 			batch = append(batch, rs.selfRenewal())
 		}
-		if err := e.wait(context.Background(), e.raft.VerifyLeader()); err != nil {
+		if !rs.proveLeader(term) {
 			rs.answerAll(batch, false)
 			continue
 		}

@@ -86,7 +86,7 @@ var roundMutants = []mutant{
 		Replacement: "\tcase ok && s.Address != addr:\n\t\te.Reason, e.Detail = RefusedNotMember"},
 	{ID: "AD-renewal-flags", File: "election/admission.go", Packages: pkElection, Run: runAdmit,
 		What:        "a role renewal with unknown flag bits is admitted",
-		Original:    "\tcase req.LastLogTerm > 1:\n",
+		Original:    "\tcase req.LastLogTerm > renewFlagNoRoles && req.LastLogTerm != renewFlagProbe:\n",
 		Replacement: "\tcase req.LastLogTerm > 3:\n"},
 
 	// The proxy's hold (httpfence).
