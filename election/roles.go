@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -60,12 +61,27 @@ func (e *RoleError) Is(target error) bool {
 	return target == ErrNotLeader || (target == ErrUnknownRole && e.Unknown) || (target == ErrNoRoleLease && e.NoLease)
 }
 
-// validRoleName checks a role name: the same charset as IDs, and short
-// enough that "<cluster>.<role>" is a valid epoch cluster name for any
-// cluster name (checked again with the actual cluster in Config.Validate
-// and AddRoles).
+// MaxRoles bounds the role table: AddRoles and Config.Roles refuse more,
+// and an entry that would add more adds none beyond it. With names and IDs
+// at their longest a role takes at most about 240 bytes of a snapshot's
+// header, and a removed role's record (kept so that a re-added role waits
+// for its previous owner) as much again: the header stays far below the
+// 64 MiB a snapshot's reader accepts (TestRolesTableFitsSnapshot).
+const MaxRoles = 100_000
+
+// validRoleName checks a role name: the charset of IDs without '.', so
+// that "<cluster>.<role>" names exactly one (cluster, role) — "a" + "b.c"
+// and "a.b" + "c" would otherwise be one epoch cluster — and none names a
+// plain group (Config.Cluster has no '.'). The length with the actual
+// cluster is checked in Config.Validate and checkRole.
 func validRoleName(r string) error {
-	return epoch.ValidateName(r)
+	if err := epoch.ValidateName(r); err != nil {
+		return err
+	}
+	if strings.Contains(r, ".") {
+		return errors.New("name has a '.': a role's epoch cluster is \"<cluster>.<role>\" with exactly one dot")
+	}
+	return nil
 }
 
 // roleCluster is the epoch Cluster of role r.
@@ -287,12 +303,22 @@ func (e *Election) runRole(ctx context.Context, r string, ep epoch.Epoch, gen ui
 // AddRoles adds roles to the group's role table, unassigned; the leader's
 // assigner gives them out. It needs this node to lead (ErrNotLeader
 // otherwise, naming the leader) and returns once the entry is committed
-// and applied here. Roles that exist already are left as they are.
+// and applied here. Roles that exist already are left as they are. A role
+// that was removed and is added again goes to a new owner only once its
+// previous owner applied the removal or its lease lapsed. At most
+// 4,096 names per call, and the table holds at most MaxRoles
+// (ErrInvalidArgument beyond either).
 func (e *Election) AddRoles(ctx context.Context, names ...string) error {
+	if len(names) > maxRolesPerEntry {
+		return fmt.Errorf("%w: AddRoles of %d roles: at most %d in one call", ErrInvalidArgument, len(names), maxRolesPerEntry)
+	}
 	for _, r := range names {
 		if err := e.checkRole(r); err != nil {
 			return err
 		}
+	}
+	if n, add, limit := e.roles.t.countWith(names); n > limit {
+		return fmt.Errorf("%w: AddRoles of %d new roles: the role table would hold %d, above MaxRoles (%d)", ErrInvalidArgument, add, n, limit)
 	}
 	return e.roles.leaderApply(ctx, &roleEntry{Add: slices.Clone(names)}, nil, nil)
 }

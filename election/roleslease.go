@@ -134,6 +134,9 @@ func newRoles(e *Election, c Config) *roles {
 		assignCh: make(chan struct{}, 1),
 	}
 	rs.lease.Store(&leaseState{})
+	if c.roleLimit > 0 {
+		rs.t.limit = c.roleLimit
+	}
 	return rs
 }
 

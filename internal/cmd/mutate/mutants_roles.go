@@ -1,25 +1,21 @@
 package main
 
-// runRolesLive: the roles tests, the liveness tests and the raft facts
-// the roles protocol rests on.
-var runRolesLive = "TestRole|TestRaftVerifyLeader"
-
 // rolesMutants are bugs planted in the roles code's liveness, admin paths
 // and proof of leadership (docs/DESIGN.md, "Roles"): -set roles.
 var rolesMutants = []mutant{
-	{ID: "RV-once", File: "election/roles.go", Packages: pkElection, Run: runRolesLive,
+	{ID: "RV-once", File: "election/roles.go", Packages: pkElection, Run: "TestRolesLeadRole",
 		What:        "LeadRole runs its function at most once per grant: a lease regained on the same grant runs nothing",
 		Original:    "err == nil && (ep != last || gen != lastGen) {",
 		Replacement: "err == nil && ep.Term > last.Term && gen+lastGen >= 0 {"},
-	{ID: "RV-lapse", File: "election/roleslease.go", Packages: pkElection, Run: runRolesLive,
+	{ID: "RV-lapse", File: "election/roleslease.go", Packages: pkElection, Run: "TestRolesLeadRoleEndsAtLapse",
 		What:        "a lapsed lease wakes nobody until the renewal loop looks again (after its RPC)",
 		Original:    "\t\tif h != held {\n\t\t\theld = h\n\t\t\trs.t.broadcast()\n\t\t}",
 		Replacement: "\t\tif h != held {\n\t\t\theld = h\n\t\t}"},
-	{ID: "RV-ctx", File: "election/roleslease.go", Packages: pkElection, Run: runRolesLive,
+	{ID: "RV-ctx", File: "election/roleslease.go", Packages: pkElection, Run: "TestRolesAdminLeavesNothingBehind",
 		What:        "an admin call with an ended context blocks the old owners and leaves them blocked",
 		Original:    "\trs.mu.Lock()\n\tif err := ctx.Err(); err != nil {",
 		Replacement: "\trs.mu.Lock()\n\tfor _, id := range from {\n\t\trs.blockLocked(id)\n\t}\n\tif err := ctx.Err(); err != nil {"},
-	{ID: "RV-undo", File: "election/roles.go", Packages: pkElection, Run: runRolesLive,
+	{ID: "RV-undo", File: "election/roles.go", Packages: pkElection, Run: "TestRolesAdminLeavesNothingBehind",
 		What:        "a failed MoveRole leaves its handover target behind",
 		Original:    "\t\tif e.roles.ls.prefer != nil && e.roles.ls.prefer[r] == to {",
 		Replacement: "\t\tif false {"},
@@ -27,12 +23,24 @@ var rolesMutants = []mutant{
 		What:        "the renewal path's proof of leadership is raft's VerifyLeader, which late answers to old heartbeats satisfy",
 		Original:    "\t\tif !rs.proveLeader(term) {",
 		Replacement: "\t\tvf := e.raft.VerifyLeader()\n\t\tif h := rs.proofHook.Load(); h != nil {\n\t\t\t(*h)()\n\t\t}\n\t\tif e.wait(context.Background(), vf) != nil {"},
-	{ID: "RV-probe", File: "election/roleslease.go", Packages: pkElection, Run: "TestRolesDeposedLeaderNotRenewed|TestRolesAssignedBalanced",
-		What:        "a probe is granted whatever the receiver's term",
-		Original:    "\tok := cur == term && cur != 0\n",
-		Replacement: "\tok := cur != 0\n"},
+	{ID: "RV-quorum", File: "election/roleslease.go", Packages: pkElection, Run: "TestRolesDeposedLeaderNotRenewed|TestRolesAssignedBalanced",
+		What:        "the proof round counts half the voters as a quorum (a leader of three proves itself alone)",
+		Original:    "\tquorum := n/2 + 1\n",
+		Replacement: "\tquorum := max(n/2, 1)\n"},
 	{ID: "RV-atomic", File: "election/roles.go", Packages: pkElection, Run: "TestRolesEpochOneDecision",
 		What:        "RoleEpoch decides on a grant read before the lease, whatever was applied in between",
 		Original:    "\tif rs.t.version() == v {",
-		Replacement: "\tif true {"},
+		Replacement: "\tif rs.t.version() == v || true {"},
+	{ID: "RV-readd", File: "election/rolestable.go", Packages: pkElection, Run: "TestRolesReaddWaitsForPreviousOwner|TestRolesTableBounds",
+		What:        "a removed role added again forgets its previous owner and is granted at once",
+		Original:    "\t\t\tt.st.Roles[r] = t.st.Removed[r] // a removed role's previous owner, if any\n",
+		Replacement: "\t\t\tt.st.Roles[r] = RoleGrant{}\n"},
+	{ID: "RV-names", File: "election/roles.go", Packages: pkElection, Run: "TestRolesNamesCannotCollide|TestRolesAddLimits",
+		What:        "role names may contain a dot, so two (cluster, role) pairs share an epoch cluster",
+		Original:    "\tif strings.Contains(r, \".\") {\n\t\treturn errors.New(",
+		Replacement: "\tif false {\n\t\treturn errors.New("},
+	{ID: "RV-limit", File: "election/rolestable.go", Packages: pkElection, Run: "TestRolesTableBounds|TestRolesAddLimits",
+		What:        "an entry adds roles beyond the table's limit",
+		Original:    "validRoleName(r) == nil && len(t.st.Roles) < t.limit {",
+		Replacement: "validRoleName(r) == nil {"},
 }
