@@ -28,12 +28,12 @@ import (
 // raft never sends — carrying its applied role index and its flags. The
 // leader's forward loop hands such a request to the renewal service
 // instead of to admission and raft. The service answers a batch of
-// renewals only after a VerifyLeader round begun after they all arrived;
+// renewals only after a proof round (proveLeader) begun after they all arrived;
 // the member counts its lease from its own send time of a renewal the
 // leader granted. The leader renews itself with every batch it serves, as
 // if it had sent itself a renewal as the batch's round began, and skips its
 // own timed renewal while that keeps its lease fresh: its renewals cost no
-// VerifyLeader round of their own.
+// proof round of their own.
 
 // renewFlagNoRoles marks a renewal from a member whose Config.NoRoles is
 // set.
@@ -149,7 +149,7 @@ func holdOf(bound time.Duration) time.Duration { return bound / 5 * 4 }
 
 // renewEvery is a member's renewal interval: 2/5 of its hold, so a hold
 // survives one lost renewal (the next is sent H/5 before it lapses). It is
-// most of the idle cost of roles (a renewal and a VerifyLeader round per
+// most of the idle cost of roles (a renewal and a proof round per
 // follower each interval), and the kill-to-move time of a member's roles
 // is B less the time since its last renewal, so a longer interval is both
 // cheaper and, on average, faster to fail over.
