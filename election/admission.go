@@ -602,7 +602,7 @@ func (a *admission) renewal(rpc raft.RPC) *RefusedError {
 	case !ok || s.Address != addr:
 		e.Reason, e.Detail = RefusedNotMember, "a role renewal from a server that is not a member at that address"
 		return e
-	case req.LastLogTerm > 1:
+	case req.LastLogTerm > renewFlagNoRoles && req.LastLogTerm != renewFlagProbe:
 		return e.malformed("a role renewal with unknown flags %#x", req.LastLogTerm)
 	}
 	return nil

@@ -334,16 +334,27 @@ func TestAdmissionOneLeaderPerTerm(t *testing.T) {
 }
 
 // TestRenewalUnknownFlagsRefused: a role renewal carries its flags in
-// LastLogTerm, and only flag 1 (NoRoles) exists: one with any other bit
-// set, even from a member at its address, is malformed.
+// LastLogTerm: 1 (NoRoles), or exactly 2 (a leader's proof probe); one with
+// any other value, even from a member at its address, is malformed.
 func TestRenewalUnknownFlagsRefused(t *testing.T) {
 	ld, f, renew := renewalSender(t)
-	for _, flags := range []uint64{2, 3, 4, 1 << 63} {
+	for _, flags := range []uint64{3, 4, 6, 1 << 63} {
 		refusedAs(t, ld, fmt.Sprintf("a renewal from member %s with flags %#x", f.id, flags), RefusedMalformed, renew(f.id, f.id, flags))
 	}
 	// Flags 0 and 1 reach the roles code, not admission.
 	for _, flags := range []uint64{0, renewFlagNoRoles} {
 		reachesRoles(t, ld, fmt.Sprintf("a renewal from member %s with flags %#x", f.id, flags), renew(f.id, f.id, flags))
+	}
+	// A probe (for term 1, not the current one) is answered by the roles
+	// code, refused.
+	before := ld.el.Admission()
+	if err := renew(f.id, f.id, renewFlagProbe)(); !errors.Is(err, errProbeRefused) {
+		t.Errorf("a probe for another term: %v, want %v", err, errProbeRefused)
+	}
+	for r, n := range ld.el.Admission().Refused {
+		if n != before.Refused[r] {
+			t.Errorf("a probe: admission refused it as %s", r)
+		}
 	}
 }
 

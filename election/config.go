@@ -2,6 +2,7 @@ package election
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -37,7 +38,10 @@ type Config struct {
 	ID string
 
 	// Cluster names the election group; it becomes Epoch.Cluster. Required,
-	// same charset as ID. Every node of a cluster must use the same value.
+	// same charset as ID but without '.': a dot is reserved for role epochs,
+	// whose Cluster is "<Cluster>.<role>", so that no role's epoch can name
+	// another group or another group's role. Every node of a cluster must
+	// use the same value.
 	Cluster string
 
 	// DataDir holds the durable Raft state: raft.db (raft-boltdb, fsynced on
@@ -118,8 +122,8 @@ type Config struct {
 	// each with its own fencing epoch (RoleEpoch; docs/DESIGN.md, "Roles").
 	// A leader adds the names the group's role table lacks when it is
 	// elected; it never removes one (RemoveRoles does). Each name has the
-	// charset of ID, and "<Cluster>.<role>" must be a valid epoch cluster
-	// name (at most 64 bytes).
+	// charset of ID without '.', and "<Cluster>.<role>" must be a valid
+	// epoch cluster name (at most 64 bytes). At most MaxRoles.
 	Roles []string
 
 	// RoleLease is the leader's bound: it moves the roles of a member it
@@ -139,6 +143,8 @@ type Config struct {
 	// roleClock, set by tests only, replaces the monotonic clock the role
 	// lease is counted on (a clock that lies).
 	roleClock func() time.Duration
+	// roleLimit, set by tests only, replaces MaxRoles in the role table.
+	roleLimit int
 }
 
 // Validate reports whether c can be given to New. Errors wrap
@@ -152,6 +158,9 @@ func (c Config) Validate() error {
 	}
 	if err := epoch.ValidateName(c.Cluster); err != nil {
 		return bad("Cluster: %v", err)
+	}
+	if strings.Contains(c.Cluster, ".") {
+		return bad("Cluster %q has a '.': a dot is reserved for role epochs (\"<Cluster>.<role>\")", c.Cluster)
 	}
 	if c.DataDir == "" && !c.InMemory {
 		return bad("DataDir is required unless InMemory is set")
@@ -187,9 +196,12 @@ func (c Config) Validate() error {
 	if c.RoleLease < 0 || (c.RoleLease > 0 && c.RoleLease < MinTimeout) {
 		return bad("RoleLease %v is negative or below %v", c.RoleLease, MinTimeout)
 	}
+	if len(c.Roles) > MaxRoles {
+		return bad("Roles lists %d roles, above MaxRoles (%d)", len(c.Roles), MaxRoles)
+	}
 	seen := make(map[string]bool, len(c.Roles))
 	for i, r := range c.Roles {
-		if err := epoch.ValidateName(r); err != nil {
+		if err := validRoleName(r); err != nil {
 			return bad("Roles[%d]: %v", i, err)
 		}
 		if err := epoch.ValidateName(c.Cluster + "." + r); err != nil {

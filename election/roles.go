@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -60,12 +61,27 @@ func (e *RoleError) Is(target error) bool {
 	return target == ErrNotLeader || (target == ErrUnknownRole && e.Unknown) || (target == ErrNoRoleLease && e.NoLease)
 }
 
-// validRoleName checks a role name: the same charset as IDs, and short
-// enough that "<cluster>.<role>" is a valid epoch cluster name for any
-// cluster name (checked again with the actual cluster in Config.Validate
-// and AddRoles).
+// MaxRoles bounds the role table: AddRoles and Config.Roles refuse more,
+// and an entry that would add more adds none beyond it. With names and IDs
+// at their longest a role takes at most about 240 bytes of a snapshot's
+// header, and a removed role's record (kept so that a re-added role waits
+// for its previous owner) as much again: the header stays far below the
+// 64 MiB a snapshot's reader accepts (TestRolesTableFitsSnapshot).
+const MaxRoles = 100_000
+
+// validRoleName checks a role name: the charset of IDs without '.', so
+// that "<cluster>.<role>" names exactly one (cluster, role) — "a" + "b.c"
+// and "a.b" + "c" would otherwise be one epoch cluster — and none names a
+// plain group (Config.Cluster has no '.'). The length with the actual
+// cluster is checked in Config.Validate and checkRole.
 func validRoleName(r string) error {
-	return epoch.ValidateName(r)
+	if err := epoch.ValidateName(r); err != nil {
+		return err
+	}
+	if strings.Contains(r, ".") {
+		return errors.New("name has a '.': a role's epoch cluster is \"<cluster>.<role>\" with exactly one dot")
+	}
+	return nil
 }
 
 // roleCluster is the epoch Cluster of role r.
@@ -85,26 +101,51 @@ func (e *Election) checkRole(r string) error {
 // "<Cluster>.<r>", Term: <log index of the grant>, Leader: <this node's ID>}
 // — if this node holds r at the moment of the call: its applied role table
 // grants r to it, and its role lease holds (invariants R2 and R3 in
-// docs/DESIGN.md). Otherwise the error is a *RoleError (matching
-// ErrNotLeader), or ErrClosed.
+// docs/DESIGN.md), both true at one instant. Otherwise the error is a
+// *RoleError (matching ErrNotLeader), or ErrClosed.
 //
 // As with Epoch, a successful result is a statement about the instant of the
 // call; present it to a fence that keeps the highest epoch of r's resource.
 func (e *Election) RoleEpoch(r string) (epoch.Epoch, error) {
+	ep, _, err := e.roleHold(r)
+	return ep, err
+}
+
+// roleHold is RoleEpoch with the lease's hold count (leaseState.gen). The
+// grant and the lease are one decision: the table's change count is read
+// with the grant and again after the lease, and if anything was applied in
+// between the decision is taken again under the table's lock. So a
+// successful result means that at the moment the lease was read the table
+// still granted r to this node with that grant.
+func (e *Election) roleHold(r string) (epoch.Epoch, uint64, error) {
 	if e.closed.Load() {
-		return epoch.Epoch{}, ErrClosed
+		return epoch.Epoch{}, 0, ErrClosed
 	}
-	g, ok := e.roles.t.get(r)
-	if !ok {
-		return epoch.Epoch{}, &RoleError{Role: r, Unknown: true}
+	rs := e.roles
+	decide := func(g RoleGrant, ok bool, gen uint64, holds bool) (epoch.Epoch, uint64, error) {
+		switch {
+		case !ok:
+			return epoch.Epoch{}, 0, &RoleError{Role: r, Unknown: true}
+		case g.Owner != e.cfg.ID || g.Grant == 0:
+			return epoch.Epoch{}, 0, &RoleError{Role: r, Owner: g.Owner}
+		case !holds:
+			return epoch.Epoch{}, 0, &RoleError{Role: r, Owner: g.Owner, NoLease: true}
+		}
+		return epoch.Epoch{Cluster: e.roleCluster(r), Term: g.Grant, Leader: e.cfg.ID}, gen, nil
 	}
-	if g.Owner != e.cfg.ID || g.Grant == 0 {
-		return epoch.Epoch{}, &RoleError{Role: r, Owner: g.Owner}
+	g, ok, v := rs.t.getVer(r)
+	if h := rs.epochHook.Load(); h != nil {
+		(*h)()
 	}
-	if !e.roles.leaseHolds() {
-		return epoch.Epoch{}, &RoleError{Role: r, Owner: g.Owner, NoLease: true}
+	gen, holds := rs.leaseNow()
+	if rs.t.version() == v {
+		return decide(g, ok, gen, holds)
 	}
-	return epoch.Epoch{Cluster: e.roleCluster(r), Term: g.Grant, Leader: e.cfg.ID}, nil
+	rs.t.mu.RLock()
+	defer rs.t.mu.RUnlock()
+	g, ok = rs.t.st.Roles[r]
+	gen, holds = rs.leaseNow()
+	return decide(g, ok, gen, holds)
 }
 
 // RoleToken returns RoleEpoch(r) signed with Config.Signer.
@@ -127,15 +168,20 @@ func (e *Election) RoleGrants() map[string]RoleGrant { return e.roles.t.grants()
 // HeldRoles returns the roles this node holds now (RoleEpoch would succeed),
 // sorted.
 func (e *Election) HeldRoles() []string {
-	if e.closed.Load() || !e.roles.leaseHolds() {
+	if e.closed.Load() {
 		return nil
 	}
+	t := e.roles.t
 	var held []string
-	for r, g := range e.roles.t.grants() {
-		if g.Owner == e.cfg.ID && g.Grant != 0 {
-			held = append(held, r)
+	t.mu.RLock()
+	if e.roles.leaseHolds() {
+		for r, g := range t.st.Roles {
+			if g.Owner == e.cfg.ID && g.Grant != 0 {
+				held = append(held, r)
+			}
 		}
 	}
+	t.mu.RUnlock()
 	slices.Sort(held)
 	return held
 }
@@ -173,15 +219,28 @@ func (e *Election) ObserveRoles(ctx context.Context) <-chan map[string]RoleGrant
 	return out
 }
 
-// LeadRole runs fn each time this node newly holds role r, and blocks
-// until ctx ends (it then returns ctx.Err()) or the Election closes
-// (ErrClosed). fn gets r's epoch and a context that is cancelled as soon as
-// this node is seen to stop holding that grant: it applied a later entry
-// for r (the role moved or was revoked for a handover), its role lease
-// lapsed, ctx ended, or the Election closed. Calls never overlap, and fn
-// runs at most once per grant. As for Lead, the cancellation is a
-// best-effort notice: send the role epoch (or RoleToken) with every write
-// to r's resource and treat the fence's refusal as "you no longer hold r".
+// LeadRole runs fn whenever this node holds role r, and blocks until ctx
+// ends (it then returns ctx.Err()) or the Election closes (ErrClosed).
+//
+// A hold is an unbroken stretch of time in which RoleEpoch(r) succeeds with
+// one grant: it begins when this node applies a grant of r to itself while
+// its role lease holds, or when its lease is renewed after it had lapsed
+// (the same grant held again: a leader change can leave the grant where it
+// was while every lease lapsed during the election), and it ends when this
+// node applies a later entry for r (the role moved, was revoked for a
+// handover, or was removed) or its lease lapses. fn runs once for each
+// hold, with r's epoch, under a context that is cancelled when the hold
+// ends — at the latest when this node's clock passes the lease's end, on a
+// timer of its own — or when ctx ends or the Election closes. Calls never
+// overlap: a hold that begins while fn still runs for an earlier one gets
+// its call once fn has returned, if it still lasts. If fn returns while its
+// hold lasts, it is not called again before the next hold.
+//
+// So after faults end, every role with a live owner has its fn running
+// within the time the group takes to renew that owner (docs/DESIGN.md,
+// "Liveness"). As for Lead, the cancellation is a best-effort notice: send
+// the role epoch (or RoleToken) with every write to r's resource and treat
+// the fence's refusal as "you no longer hold r".
 func (e *Election) LeadRole(ctx context.Context, r string, fn func(ctx context.Context, ep epoch.Epoch) error) error {
 	if e.closed.Load() {
 		return ErrClosed
@@ -192,12 +251,13 @@ func (e *Election) LeadRole(ctx context.Context, r string, fn func(ctx context.C
 	if err := e.checkRole(r); err != nil {
 		return err
 	}
-	var last uint64
+	var last epoch.Epoch
+	var lastGen uint64
 	for {
 		ch := e.roles.t.changed()
-		if ep, err := e.RoleEpoch(r); err == nil && ep.Term > last {
-			last = ep.Term
-			e.runRole(ctx, r, ep, fn)
+		if ep, gen, err := e.roleHold(r); err == nil && (ep != last || gen != lastGen) {
+			last, lastGen = ep, gen
+			e.runRole(ctx, r, ep, gen, fn)
 			continue
 		}
 		select {
@@ -210,9 +270,9 @@ func (e *Election) LeadRole(ctx context.Context, r string, fn func(ctx context.C
 	}
 }
 
-// runRole runs fn for one grant under a context cancelled when the grant
-// is no longer held.
-func (e *Election) runRole(ctx context.Context, r string, ep epoch.Epoch, fn func(context.Context, epoch.Epoch) error) {
+// runRole runs fn for one hold under a context cancelled when the hold
+// ends.
+func (e *Election) runRole(ctx context.Context, r string, ep epoch.Epoch, gen uint64, fn func(context.Context, epoch.Epoch) error) {
 	lctx, cancel := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() {
@@ -220,7 +280,7 @@ func (e *Election) runRole(ctx context.Context, r string, ep epoch.Epoch, fn fun
 		defer cancel()
 		for {
 			ch := e.roles.t.changed()
-			if cur, err := e.RoleEpoch(r); err != nil || cur != ep {
+			if cur, g, err := e.roleHold(r); err != nil || cur != ep || g != gen {
 				return
 			}
 			select {
@@ -243,14 +303,24 @@ func (e *Election) runRole(ctx context.Context, r string, ep epoch.Epoch, fn fun
 // AddRoles adds roles to the group's role table, unassigned; the leader's
 // assigner gives them out. It needs this node to lead (ErrNotLeader
 // otherwise, naming the leader) and returns once the entry is committed
-// and applied here. Roles that exist already are left as they are.
+// and applied here. Roles that exist already are left as they are. A role
+// that was removed and is added again goes to a new owner only once its
+// previous owner applied the removal or its lease lapsed. At most
+// 4,096 names per call, and the table holds at most MaxRoles
+// (ErrInvalidArgument beyond either).
 func (e *Election) AddRoles(ctx context.Context, names ...string) error {
+	if len(names) > maxRolesPerEntry {
+		return fmt.Errorf("%w: AddRoles of %d roles: at most %d in one call", ErrInvalidArgument, len(names), maxRolesPerEntry)
+	}
 	for _, r := range names {
 		if err := e.checkRole(r); err != nil {
 			return err
 		}
 	}
-	return e.roles.leaderApply(ctx, &roleEntry{Add: slices.Clone(names)}, nil)
+	if n, add, limit := e.roles.t.countWith(names); n > limit {
+		return fmt.Errorf("%w: AddRoles of %d new roles: the role table would hold %d, above MaxRoles (%d)", ErrInvalidArgument, add, n, limit)
+	}
+	return e.roles.leaderApply(ctx, &roleEntry{Add: slices.Clone(names)}, nil, nil)
 }
 
 // RemoveRoles deletes roles from the table: their owners stop holding them
@@ -268,7 +338,7 @@ func (e *Election) RemoveRoles(ctx context.Context, names ...string) error {
 			from = append(from, g.Owner)
 		}
 	}
-	return e.roles.leaderApply(ctx, &roleEntry{Remove: slices.Clone(names)}, from)
+	return e.roles.leaderApply(ctx, &roleEntry{Remove: slices.Clone(names)}, from, nil)
 }
 
 // MoveRole hands role r over to member to: the leader revokes r (its owner
@@ -296,7 +366,12 @@ func (e *Election) MoveRole(ctx context.Context, r, to string) error {
 	if g.Owner != "" {
 		from = []string{g.Owner}
 	}
-	return e.roles.leaderApply(ctx, &roleEntry{Set: map[string]string{r: ""}}, from)
+	undo := func() { // the revoke failed: forget the target (under rs.mu)
+		if e.roles.ls.prefer != nil && e.roles.ls.prefer[r] == to {
+			delete(e.roles.ls.prefer, r)
+		}
+	}
+	return e.roles.leaderApply(ctx, &roleEntry{Set: map[string]string{r: ""}}, from, undo)
 }
 
 // roleLeaseDefault is RoleLease when Config.RoleLease is zero.

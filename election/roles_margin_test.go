@@ -340,7 +340,7 @@ func leaseFromSendAttempt(t *testing.T, v *node, lease time.Duration) (judged bo
 			why = v.id + " became leader, or the term changed (a leader renews itself without the transport)"
 			return true
 		}
-		until := rs.leaseUntil.load()
+		until := rs.leaseUntil()
 		now := rs.clk()
 		if until <= set+rs.hold {
 			return false

@@ -229,7 +229,7 @@ func measureFailover(t *testing.T, roles []string, k int, lease time.Duration) t
 					break
 				}
 			}
-			if err := ld.roles.leaderApply(context.Background(), &roleEntry{Set: part}, nil); err != nil {
+			if err := ld.roles.leaderApply(context.Background(), &roleEntry{Set: part}, nil, nil); err != nil {
 				t.Logf("placing roles: %v; again", err)
 				failed = true
 			}
@@ -262,7 +262,7 @@ func measureFailover(t *testing.T, roles []string, k int, lease time.Duration) t
 			for _, g := range el.RoleGrants() {
 				own[g.Owner]++
 			}
-			counts = append(counts, fmt.Sprintf("%s holds %d (lease left %v, table %v)", el.cfg.ID, len(el.HeldRoles()), el.roles.leaseUntil.load()-el.roles.clk(), own))
+			counts = append(counts, fmt.Sprintf("%s holds %d (lease left %v, table %v)", el.cfg.ID, len(el.HeldRoles()), el.roles.leaseUntil()-el.roles.clk(), own))
 		}
 		t.Logf("placement of %d on %s did not hold: %v; again", k, victim.cfg.ID, counts)
 	}

@@ -832,7 +832,7 @@ func dumpRoles(tb testing.TB, c *cluster) {
 			continue
 		}
 		rs := nd.el.roles
-		tb.Logf("%s: held %v lease %v (now %v) grants %v", nd.id, nd.el.HeldRoles(), rs.leaseUntil.load(), rs.clk(), nd.el.RoleGrants())
+		tb.Logf("%s: held %v lease %v (now %v) grants %v", nd.id, nd.el.HeldRoles(), rs.leaseUntil(), rs.clk(), nd.el.RoleGrants())
 		rs.mu.Lock()
 		if rs.ls.term != 0 {
 			tb.Logf("%s leads term %d since %v, prefer %v", nd.id, rs.ls.term, rs.ls.tc, rs.ls.prefer)

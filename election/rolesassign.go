@@ -312,8 +312,11 @@ func (rs *roles) commitPlan(ctx context.Context, term uint64, p plan) {
 		rs.announce()
 	}
 	rs.mu.Lock()
+	if err != nil {
+		idx = 0 // the last entry failed: the blocks end (see leaderApply)
+	}
 	for id := range p.from {
-		rs.unblockLocked(id, term, idx, err)
+		rs.unblockLocked(id, term, idx)
 	}
 	rs.mu.Unlock()
 }

@@ -28,16 +28,21 @@ import (
 // raft never sends — carrying its applied role index and its flags. The
 // leader's forward loop hands such a request to the renewal service
 // instead of to admission and raft. The service answers a batch of
-// renewals only after a VerifyLeader round begun after they all arrived;
+// renewals only after a proof round (proveLeader) begun after they all arrived;
 // the member counts its lease from its own send time of a renewal the
 // leader granted. The leader renews itself with every batch it serves, as
 // if it had sent itself a renewal as the batch's round began, and skips its
 // own timed renewal while that keeps its lease fresh: its renewals cost no
-// VerifyLeader round of their own.
+// proof round of their own.
 
 // renewFlagNoRoles marks a renewal from a member whose Config.NoRoles is
 // set.
 const renewFlagNoRoles = 1
+
+// renewFlagProbe marks a leader's proof probe instead of a renewal: its
+// LastLogIndex carries the leader's term, and the receiver grants it iff
+// its own current term is that term (see proveLeader).
+const renewFlagProbe = 2
 
 // roles is one Election's role machinery.
 type roles struct {
@@ -51,9 +56,19 @@ type roles struct {
 	// member can be given exactly k roles.
 	noBalance atomic.Bool
 
-	// Member side: this member's lease holds while clk() < leaseUntil.
-	leaseUntil atomicDur
-	renewCh    chan struct{} // poke: renew now
+	// Member side: this member's lease holds while clk() < lease.until.
+	lease   atomic.Pointer[leaseState]
+	renewCh chan struct{} // poke: renew now
+	lapseCh chan struct{} // poke: the lease was extended (lapseLoop)
+	// epochHook, set by tests only, runs inside RoleEpoch between its read
+	// of the grant and its read of the lease.
+	epochHook atomic.Pointer[func()]
+	// proofHook, set by tests only, runs in proveLeader once the probes
+	// are sent.
+	proofHook atomic.Pointer[func()]
+	// applyHook, set by tests only, runs in leaderApply right after the
+	// entry is issued.
+	applyHook atomic.Pointer[func()]
 
 	// Leader side.
 	mu       sync.Mutex
@@ -83,6 +98,15 @@ type memberView struct {
 	mustApply uint64 // the latest such entry's index
 }
 
+// leaseState is a member's role lease: it holds while clk() < until. gen
+// counts the holds: it goes up whenever the lease is extended after it had
+// lapsed, so (grant, gen) names one unbroken hold of one grant (LeadRole
+// runs its function once per such hold).
+type leaseState struct {
+	until time.Duration
+	gen   uint64
+}
+
 // renewal is one pending renewal request.
 type renewal struct {
 	id, addr string
@@ -97,7 +121,7 @@ func newRoles(e *Election, c Config) *roles {
 	if clk == nil {
 		clk = monoClock()
 	}
-	return &roles{
+	rs := &roles{
 		e:        e,
 		t:        newRoleTable(),
 		clk:      clk,
@@ -105,9 +129,15 @@ func newRoles(e *Election, c Config) *roles {
 		hold:     holdOf(c.RoleLease),
 		noRoles:  c.NoRoles,
 		renewCh:  make(chan struct{}, 1),
+		lapseCh:  make(chan struct{}, 1),
 		serveCh:  make(chan struct{}, 1),
 		assignCh: make(chan struct{}, 1),
 	}
+	rs.lease.Store(&leaseState{})
+	if c.roleLimit > 0 {
+		rs.t.limit = c.roleLimit
+	}
+	return rs
 }
 
 // holdOf is a member's hold H for the leader's bound B: 4/5 of it. A
@@ -119,7 +149,7 @@ func holdOf(bound time.Duration) time.Duration { return bound / 5 * 4 }
 
 // renewEvery is a member's renewal interval: 2/5 of its hold, so a hold
 // survives one lost renewal (the next is sent H/5 before it lapses). It is
-// most of the idle cost of roles (a renewal and a VerifyLeader round per
+// most of the idle cost of roles (a renewal and a proof round per
 // follower each interval), and the kill-to-move time of a member's roles
 // is B less the time since its last renewal, so a longer interval is both
 // cheaper and, on average, faster to fail over.
@@ -127,16 +157,28 @@ func (rs *roles) renewEvery() time.Duration { return max(rs.hold/5*2, time.Milli
 
 // leaseHolds reports whether this member's role lease holds now (R3).
 func (rs *roles) leaseHolds() bool {
-	return rs.clk() < rs.leaseUntil.load()
+	_, ok := rs.leaseNow()
+	return ok
 }
 
-// start runs the member's renewal loop and the leader's service, leader
-// watch and assigner: four goroutines per Election, none per role.
+// leaseNow returns the lease's hold count and whether it holds now.
+func (rs *roles) leaseNow() (gen uint64, holds bool) {
+	l := rs.lease.Load()
+	return l.gen, rs.clk() < l.until
+}
+
+// leaseUntil returns when the lease lapses on the role clock.
+func (rs *roles) leaseUntil() time.Duration { return rs.lease.Load().until }
+
+// start runs the member's renewal loop and lapse watch and the leader's
+// service, leader watch and assigner: five goroutines per Election, none
+// per role.
 func (rs *roles) start() {
 	e := rs.e
 	rs.t.onApply = rs.applied
-	e.wg.Add(4)
+	e.wg.Add(5)
 	go rs.renewLoop()
+	go rs.lapseLoop()
 	go rs.serveLoop()
 	go rs.leaderLoop()
 	go rs.assignLoop()
@@ -158,17 +200,20 @@ func (rs *roles) applied(index uint64, ent *roleEntry) {
 	poke(rs.assignCh)
 }
 
-// renewLoop renews this member's lease every renewEvery — counted from the
-// send time of the latest granted renewal, so a leader whose batches renew
-// it skips its own — and on every poke, and wakes the role table's waiters
-// when the lease lapses.
+// renewLoop renews this member's lease every renewEvery, counted from the
+// send time of its latest renewal (not from the answer: at a round trip of
+// a fifth of the interval, counting from the answer would send every
+// renewal that much later, and a lost one would leave too little of the
+// hold for the next) — and on every poke. A leader counts from the send
+// time of the latest granted renewal instead, so that the batches it
+// serves, which renew it too, spare it its own.
 func (rs *roles) renewLoop() {
 	e := rs.e
 	defer e.wg.Done()
 	interval := rs.renewEvery()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	held := false
+	lastSend, sent := time.Duration(0), false
 	for {
 		poked := false
 		select {
@@ -181,30 +226,29 @@ func (rs *roles) renewLoop() {
 		// fresh: how long until the latest granted renewal's send is an
 		// interval old (a leader's batches renew it between its own).
 		fresh := func() time.Duration {
-			if until := rs.leaseUntil.load(); until != 0 {
+			if until := rs.leaseUntil(); until != 0 {
 				return until - rs.hold + interval - rs.clk()
 			}
 			return 0
 		}
 		_, leads := e.held()
 		if poked || !leads || fresh() <= 0 {
-			rs.renewOnce()
+			if s, ok := rs.renewOnce(); ok {
+				lastSend, sent = s, true
+			}
 		}
 		now := rs.clk()
 		next := interval
+		if sent {
+			next = lastSend + interval - now
+		}
 		if _, leads := e.held(); leads {
-			// At least an eighth of an interval: a clock that runs slow
-			// (tests) must not spin this loop.
-			next = min(interval, max(fresh(), interval/8))
+			next = min(interval, fresh())
 		}
-		until := rs.leaseUntil.load()
-		if h := now < until; h != held {
-			held = h
-			rs.t.broadcast() // the lease started or lapsed: LeadRole, ObserveRoles
-		}
-		if held && until-now < next {
-			next = until - now + time.Millisecond
-		}
+		// At least an eighth of an interval: a slow renewal (an RPC that
+		// timed out) or a clock that runs slow (tests) must not spin this
+		// loop.
+		next = max(next, interval/8)
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -215,18 +259,58 @@ func (rs *roles) renewLoop() {
 	}
 }
 
+// lapseLoop wakes the role table's waiters (LeadRole, ObserveRoles) the
+// moment this member's lease lapses, on a timer of its own: the renewal
+// loop may be waiting for an RPC then, up to the transport's timeout.
+func (rs *roles) lapseLoop() {
+	e := rs.e
+	defer e.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	held := false
+	for {
+		l := rs.lease.Load()
+		now := rs.clk()
+		h := now < l.until
+		if h != held {
+			held = h
+			rs.t.broadcast()
+		}
+		next := time.Hour
+		if h {
+			// The role clock may run at another rate than the timer's
+			// (tests): wake, look, and wait again, never in a spin.
+			next = max(l.until-now, time.Millisecond)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+		select {
+		case <-e.stop:
+			return
+		case <-timer.C:
+		case <-rs.lapseCh:
+		}
+	}
+}
+
 // renewOnce sends one renewal to the leader this node knows and extends the
-// lease if the leader granted it.
-func (rs *roles) renewOnce() {
+// lease if the leader granted it. It returns the renewal's send time, and
+// false if it sent none (no roles, no leader known).
+func (rs *roles) renewOnce() (time.Duration, bool) {
 	e := rs.e
 	if rs.t.empty() {
 		// No roles: a group that uses none pays nothing (no renewals, no
-		// VerifyLeader rounds). The first role entry applied pokes the loop.
-		return
+		// proof rounds). The first role entry applied pokes the loop.
+		return 0, false
 	}
 	addr, id := e.raft.LeaderWithID()
 	if id == "" {
-		return
+		return 0, false
 	}
 	flags := rs.flags()
 	applied := rs.t.applied()
@@ -239,7 +323,7 @@ func (rs *roles) renewOnce() {
 		select {
 		case granted = <-done:
 		case <-e.stop:
-			return
+			return s, true
 		}
 	} else {
 		req := &raft.RequestPreVoteRequest{
@@ -251,20 +335,39 @@ func (rs *roles) renewOnce() {
 		var resp raft.RequestPreVoteResponse
 		if err := e.cfg.Transport.RequestPreVote(id, addr, req, &resp); err != nil {
 			e.log.Debug("roles: renewal failed", "leader", id, "error", err)
-			return
+			return s, true
 		}
 		granted = resp.Granted
 	}
 	if granted {
 		rs.extend(s)
 	}
+	return s, true
 }
 
 // extend extends this member's lease to s + H for a granted renewal sent
-// at s.
+// at s. An extension of a lease that had lapsed starts a new hold (gen + 1)
+// and wakes the role table's waiters.
 func (rs *roles) extend(s time.Duration) {
-	if until := s + rs.hold; until > rs.leaseUntil.load() {
-		rs.leaseUntil.store(until)
+	until := s + rs.hold
+	for {
+		old := rs.lease.Load()
+		if until <= old.until {
+			return
+		}
+		now := rs.clk()
+		nl := &leaseState{until: until, gen: old.gen}
+		started := now >= old.until
+		if started {
+			nl.gen++
+		}
+		if rs.lease.CompareAndSwap(old, nl) {
+			if started && now < until {
+				rs.t.broadcast() // a hold started: LeadRole, ObserveRoles
+			}
+			poke(rs.lapseCh)
+			return
+		}
 	}
 }
 
@@ -275,11 +378,7 @@ func (rs *roles) selfRenewal() renewal {
 	return renewal{id: rs.e.cfg.ID, addr: rs.e.localAddr, applied: rs.t.applied(), flags: rs.flags(), recv: s,
 		answer: func(g bool, _ uint64) {
 			if g {
-				held := rs.leaseHolds()
 				rs.extend(s)
-				if !held {
-					rs.t.broadcast() // the lease started: LeadRole, ObserveRoles
-				}
 			}
 		}}
 }
@@ -297,6 +396,10 @@ func (rs *roles) intercept(rpc raft.RPC) bool {
 	req, ok := rpc.Command.(*raft.RequestPreVoteRequest)
 	if !ok || req.Term != 0 {
 		return false
+	}
+	if req.LastLogTerm == renewFlagProbe {
+		rs.answerProbe(rpc, req.LastLogIndex)
+		return true
 	}
 	rs.enqueue(renewal{
 		id: string(req.ID), addr: string(req.Addr), applied: req.LastLogIndex, flags: req.LastLogTerm, recv: rs.clk(),
@@ -322,6 +425,104 @@ func (rs *roles) intercept(rpc raft.RPC) bool {
 // errRenewalRefused answers a role renewal the leader did not grant.
 var errRenewalRefused = errors.New("election: role renewal refused")
 
+// errProbeRefused answers a leader's probe for a term that is not this
+// node's current term.
+var errProbeRefused = errors.New("election: role probe refused: another term")
+
+// answerProbe answers a leader's probe for term at once: granted iff this
+// node's current term is term. A node that voted in a later term has
+// moved to it first (raft persists the term before it votes), so a granted
+// answer says this node had helped elect no newer leader when it answered.
+func (rs *roles) answerProbe(rpc raft.RPC, term uint64) {
+	cur := rs.e.raft.CurrentTerm()
+	ok := cur == term && cur != 0
+	var err error
+	if !ok {
+		err = errProbeRefused
+	}
+	rpc.Respond(&raft.RequestPreVoteResponse{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(rs.e.cfg.ID), Addr: []byte(rs.e.localAddr)},
+		Term:      cur, Granted: ok,
+	}, err)
+}
+
+// proveLeader reports whether this node, leader of term, was still the
+// newest leader when it was called: a quorum of the latest configuration's
+// voters (itself included) answered a probe sent now with term as their
+// current term. Any newer leader was voted in by a quorum that moved to a
+// later term before voting; the two quorums share a voter, whose answer
+// was given after this call began and still named term — so that newer
+// leader was elected after this call began.
+//
+// It is not raft's VerifyLeader: that counts every successful answer that
+// arrives during its round, including late answers to heartbeats sent
+// before the round began, so a deposed leader whose old answers trickle in
+// stays "verified" (docs/DESIGN.md; TestRaftVerifyLeaderCountsLateAnswers).
+func (rs *roles) proveLeader(term uint64) bool {
+	e := rs.e
+	servers, err := e.configuration()
+	if err != nil {
+		return false
+	}
+	var others []raft.Server
+	n, acks := 0, 0
+	for _, s := range servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		n++
+		if string(s.ID) == e.cfg.ID {
+			acks++
+		} else {
+			others = append(others, s)
+		}
+	}
+	quorum := n/2 + 1
+	if n == 0 || acks >= quorum {
+		return n > 0
+	}
+	res := make(chan bool, len(others))
+	for _, s := range others {
+		e.wg.Add(1) // serveLoop is counted: the count is above zero
+		go func() {
+			defer e.wg.Done()
+			res <- rs.probe(s, term)
+		}()
+	}
+	if h := rs.proofHook.Load(); h != nil {
+		(*h)()
+	}
+	for range others {
+		select {
+		case ok := <-res:
+			if ok {
+				if acks++; acks >= quorum {
+					return true
+				}
+			}
+		case <-e.stop:
+			return false
+		}
+	}
+	return false
+}
+
+// probe sends s one probe for term and reports whether s granted it.
+func (rs *roles) probe(s raft.Server, term uint64) bool {
+	e := rs.e
+	req := &raft.RequestPreVoteRequest{
+		RPCHeader:    raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(e.cfg.ID), Addr: []byte(e.localAddr)},
+		Term:         0, // a renewal-shaped request: raft never sends term 0
+		LastLogIndex: term,
+		LastLogTerm:  renewFlagProbe,
+	}
+	var resp raft.RequestPreVoteResponse
+	if err := e.cfg.Transport.RequestPreVote(s.ID, s.Address, req, &resp); err != nil {
+		return false
+	}
+	return resp.Granted && resp.Term == term
+}
+
 func (rs *roles) enqueue(r renewal) {
 	rs.mu.Lock()
 	rs.pending = append(rs.pending, r)
@@ -329,8 +530,8 @@ func (rs *roles) enqueue(r renewal) {
 	poke(rs.serveCh)
 }
 
-// serveLoop answers renewals in batches: each batch after one VerifyLeader
-// round begun after every renewal in it arrived.
+// serveLoop answers renewals in batches: each batch after one proof round
+// (proveLeader) begun after every renewal in it arrived.
 func (rs *roles) serveLoop() {
 	e := rs.e
 	defer e.wg.Done()
@@ -356,7 +557,7 @@ func (rs *roles) serveLoop() {
 		if !self && !rs.t.empty() {
 			batch = append(batch, rs.selfRenewal())
 		}
-		if err := e.wait(context.Background(), e.raft.VerifyLeader()); err != nil {
+		if !rs.proveLeader(term) {
 			rs.answerAll(batch, false)
 			continue
 		}
@@ -481,7 +682,7 @@ func (rs *roles) leaderLoop() {
 		rs.mu.Unlock()
 		e.log.Debug("roles: serving renewals", "term", t)
 		if missing := rs.missingRoles(); len(missing) > 0 {
-			if err := rs.leaderApply(ctx, &roleEntry{Add: missing}, nil); err != nil {
+			if err := rs.leaderApply(ctx, &roleEntry{Add: missing}, nil, nil); err != nil {
 				e.log.Debug("roles: adding Config.Roles failed", "error", err)
 			}
 		}
@@ -509,15 +710,38 @@ func (rs *roles) setPrefer(r, to string) {
 
 // leaderApply appends ent as this term's leader, with every member of
 // from blocked from renewal until it reports the entry applied (R5); it
-// returns once the entry is applied here.
-func (rs *roles) leaderApply(ctx context.Context, ent *roleEntry, from []string) error {
+// returns once the entry is applied here, or when ctx ends.
+//
+// It leaves nothing behind, whatever ctx does: an ended ctx appends
+// nothing and blocks nobody; once the entry is issued, the blocks end when
+// raft resolves it, not when the caller stops waiting — applied: each
+// member then must report it applied before its next renewal; failed: it
+// was not committed in this term (a later leader that commits it starts
+// with its own state, and its Barrier makes its table hold the entry), so
+// the blocks simply end and undo, if set, runs under rs.mu. Cancelling ctx
+// stops the wait, not the commit.
+func (rs *roles) leaderApply(ctx context.Context, ent *roleEntry, from []string, undo func()) error {
 	e := rs.e
 	if e.closed.Load() {
 		return ErrClosed
 	}
+	data, err := jsonMarshal(ent)
+	if err != nil {
+		return err
+	}
 	rs.mu.Lock()
+	if err := ctx.Err(); err != nil {
+		if undo != nil {
+			undo()
+		}
+		rs.mu.Unlock()
+		return err // nothing issued
+	}
 	term := rs.ls.term
 	if t, ok := e.held(); !ok || term == 0 || t != term {
+		if undo != nil {
+			undo()
+		}
 		rs.mu.Unlock()
 		return e.notLeader()
 	}
@@ -525,13 +749,38 @@ func (rs *roles) leaderApply(ctx context.Context, ent *roleEntry, from []string)
 		rs.blockLocked(id)
 	}
 	rs.mu.Unlock()
-	idx, err := rs.apply(ctx, ent)
-	rs.mu.Lock()
-	for _, id := range from {
-		rs.unblockLocked(id, term, idx, err)
+	f := e.raft.ApplyLog(raft.Log{Data: data, Extensions: []byte(rolesExtension)}, 0)
+	if h := rs.applyHook.Load(); h != nil {
+		(*h)()
 	}
-	rs.mu.Unlock()
-	return err
+	res := make(chan error, 1)
+	go func() {
+		err := e.wait(context.Background(), f) // ends with raft's answer, or at Close
+		var idx uint64
+		if err == nil {
+			idx = f.Index()
+		}
+		rs.mu.Lock()
+		for _, id := range from {
+			rs.unblockLocked(id, term, idx)
+		}
+		if err != nil && undo != nil {
+			undo()
+		}
+		rs.mu.Unlock()
+		if errors.Is(err, raft.ErrRaftShutdown) && e.closed.Load() {
+			err = ErrClosed
+		}
+		res <- e.configErr("role entry", err)
+	}()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.stop:
+		return ErrClosed
+	}
 }
 
 func (rs *roles) blockLocked(id string) {
@@ -543,11 +792,11 @@ func (rs *roles) blockLocked(id string) {
 	m.blocked++
 }
 
-// unblockLocked ends one block of id set in term. After a failed append the
-// member stays blocked for the rest of the term: the entry may still
-// commit.
-func (rs *roles) unblockLocked(id string, term, idx uint64, err error) {
-	if rs.ls.term != term || err != nil {
+// unblockLocked ends one block of id set in term, once raft resolved the
+// entry that set it: idx is the entry's index if it was applied, 0 if it
+// failed.
+func (rs *roles) unblockLocked(id string, term, idx uint64) {
+	if rs.ls.term != term {
 		return
 	}
 	m := rs.ls.members[id]

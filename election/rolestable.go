@@ -52,6 +52,11 @@ type roleState struct {
 	Taken map[string]uint64 `json:"taken"`
 	// Applied is the index of the latest role entry applied.
 	Applied uint64 `json:"applied"`
+	// Removed keeps, per removed role, whom it was taken from and by
+	// which entry (Prev and Grant, no Owner): a role added again starts
+	// from it, so the assigner waits for that previous owner as after a
+	// revoke. At most MaxRoles; beyond, the oldest record goes.
+	Removed map[string]RoleGrant `json:"removed,omitempty"`
 }
 
 // roleTable is the replicated role table of one node.
@@ -61,14 +66,22 @@ type roleTable struct {
 	// ch is closed (and replaced) on every change: a broadcast that costs
 	// the same however many roles or waiters there are.
 	ch chan struct{}
+	// ver counts the changes (every broadcast): a reader that sees the
+	// same ver before and after reading something else knew the table
+	// unchanged in between (roleHold).
+	ver uint64
+	// limit is MaxRoles (tests set less): the most roles, and the most
+	// removed roles' records, the table keeps.
+	limit int
 	// onApply is called after every applied entry, without the lock.
 	onApply func(index uint64, ent *roleEntry)
 }
 
 func newRoleTable() *roleTable {
 	return &roleTable{
-		st: roleState{Roles: make(map[string]RoleGrant), Taken: make(map[string]uint64)},
-		ch: make(chan struct{}),
+		st:    roleState{Roles: make(map[string]RoleGrant), Taken: make(map[string]uint64), Removed: make(map[string]RoleGrant)},
+		ch:    make(chan struct{}),
+		limit: MaxRoles,
 	}
 }
 
@@ -82,6 +95,7 @@ func (t *roleTable) changed() <-chan struct{} {
 
 // broadcastLocked wakes every waiter on changed. Call with mu held.
 func (t *roleTable) broadcastLocked() {
+	t.ver++
 	close(t.ch)
 	t.ch = make(chan struct{})
 }
@@ -97,6 +111,20 @@ func (t *roleTable) get(role string) (RoleGrant, bool) {
 	defer t.mu.RUnlock()
 	g, ok := t.st.Roles[role]
 	return g, ok
+}
+
+// getVer returns role's grant with the table's change count.
+func (t *roleTable) getVer(role string) (RoleGrant, bool, uint64) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	g, ok := t.st.Roles[role]
+	return g, ok, t.ver
+}
+
+func (t *roleTable) version() uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.ver
 }
 
 func (t *roleTable) empty() bool {
@@ -136,7 +164,7 @@ func (t *roleTable) owners() map[string]string {
 func (t *roleTable) snapshot() roleState {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return roleState{Roles: maps.Clone(t.st.Roles), Taken: maps.Clone(t.st.Taken), Applied: t.st.Applied}
+	return roleState{Roles: maps.Clone(t.st.Roles), Taken: maps.Clone(t.st.Taken), Applied: t.st.Applied, Removed: maps.Clone(t.st.Removed)}
 }
 
 func (t *roleTable) restore(st roleState) {
@@ -146,6 +174,9 @@ func (t *roleTable) restore(st roleState) {
 	if st.Taken == nil {
 		st.Taken = make(map[string]uint64)
 	}
+	if st.Removed == nil {
+		st.Removed = make(map[string]RoleGrant)
+	}
 	t.mu.Lock()
 	t.st = st
 	t.broadcastLocked()
@@ -153,6 +184,37 @@ func (t *roleTable) restore(st roleState) {
 	if t.onApply != nil {
 		t.onApply(st.Applied, nil)
 	}
+}
+
+// keepRemovedLocked records a removed role's previous owner, dropping the
+// oldest record (lowest Grant, then name: the same on every node) if the
+// records would exceed the limit.
+func (t *roleTable) keepRemovedLocked(r string, g RoleGrant) {
+	if _, ok := t.st.Removed[r]; !ok && len(t.st.Removed) >= t.limit {
+		oldest, og := "", RoleGrant{}
+		for name, rg := range t.st.Removed {
+			if oldest == "" || rg.Grant < og.Grant || (rg.Grant == og.Grant && name < oldest) {
+				oldest, og = name, rg
+			}
+		}
+		delete(t.st.Removed, oldest)
+	}
+	t.st.Removed[r] = g
+}
+
+// countWith returns how many roles the table would hold with names added,
+// how many of names are new, and the table's limit.
+func (t *roleTable) countWith(names []string) (n, add, limit int) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	seen := make(map[string]bool, len(names))
+	for _, r := range names {
+		if _, ok := t.st.Roles[r]; !ok && !seen[r] {
+			seen[r] = true
+			add++
+		}
+	}
+	return len(t.st.Roles) + add, add, t.limit
 }
 
 // isRoles reports whether l is a role entry of this package.
@@ -176,8 +238,9 @@ func (t *roleTable) applyRoles(l *raft.Log) any {
 		return nil // already in the restored snapshot
 	}
 	for _, r := range ent.Add {
-		if _, ok := t.st.Roles[r]; !ok && validRoleName(r) == nil {
-			t.st.Roles[r] = RoleGrant{}
+		if _, ok := t.st.Roles[r]; !ok && validRoleName(r) == nil && len(t.st.Roles) < t.limit {
+			t.st.Roles[r] = t.st.Removed[r] // a removed role's previous owner, if any
+			delete(t.st.Removed, r)
 		}
 	}
 	for r, owner := range ent.Set {
@@ -206,6 +269,12 @@ func (t *roleTable) applyRoles(l *raft.Log) any {
 			t.st.Taken[g.Owner] = i
 		}
 		delete(t.st.Roles, r)
+		switch {
+		case g.Owner != "":
+			t.keepRemovedLocked(r, RoleGrant{Prev: g.Owner, Grant: i})
+		case g.Prev != "":
+			t.keepRemovedLocked(r, RoleGrant{Prev: g.Prev, Grant: g.Grant}) // revoked, not yet given out
+		}
 	}
 	t.st.Applied = i
 	t.broadcastLocked()

@@ -134,6 +134,7 @@ var mutantSets = []struct {
 	{"durable", durableMutants},
 	{"wire", wireMutants},
 	{"membership", membershipMutants},
+	{"roles", rolesMutants},
 }
 
 // mutantSet returns the mutants of a -set name.
