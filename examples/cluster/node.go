@@ -167,13 +167,16 @@ type node struct {
 	scheme   string       // "http" or "https"
 	client   *http.Client // to the store and to other nodes (TLS client certificate when configured)
 	store    *storeClient // nil without -store
-	wg       sync.WaitGroup
+	// storeDown folds the writers' failures to reach the store into a
+	// few lines per outage (outagelog.go).
+	storeDown *outageLog
+	wg        sync.WaitGroup
 }
 
 // startNode builds the transport, the election and the HTTP listener. On
 // error nothing is left running.
 func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error) {
-	n := &node{cfg: cfg, log: log, scheme: "http"}
+	n := &node{cfg: cfg, log: log, scheme: "http", storeDown: newOutageLog(time.Minute)}
 	tc := &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: clientIdleTimeout} // keepalive.go
 	if cfg.tlsConf != nil {
 		tc.TLSClientConfig = cfg.tlsConf.Clone()
@@ -243,7 +246,8 @@ func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error
 	// writes to the store as the application counts them.
 	n.metrics = newNodeMetrics()
 	electionmetrics.MustRegister(n.metrics.reg, n.el)
-	n.srv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: serverHeaderTimeout, IdleTimeout: serverIdleTimeout}
+	n.srv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: serverHeaderTimeout, IdleTimeout: serverIdleTimeout,
+		ErrorLog: serverErrorLog(log, "api")}
 	return n, nil
 }
 
