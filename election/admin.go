@@ -14,8 +14,9 @@ import (
 // wait, not the operation: a configuration change or leadership transfer
 // already handed to raft may still complete after the method returned.
 
-// Resign hands leadership to another voter (raft's leadership transfer: the
-// most up-to-date follower wins term+1 without waiting for a timeout) and
+// Resign hands leadership to another voter (raft's leadership transfer to a
+// voter this leader's heartbeats reach: it wins term+1 without waiting for
+// a timeout) and
 // waits until this node is no longer leader. On a node that is not leader it
 // does nothing and returns nil. With no other voter it fails at once with
 // ErrTransfer. A transfer attempt that fails (raft gives each one
@@ -32,7 +33,7 @@ func (e *Election) Resign(ctx context.Context) error {
 	if !e.hasOtherVoter() {
 		return fmt.Errorf("%w: no other voter to hand over to", ErrTransfer)
 	}
-	return e.transfer(ctx, func() raft.Future { return e.raft.LeadershipTransfer() })
+	return e.transfer(ctx, e.transferToSuccessor)
 }
 
 // TransferTo hands leadership to the voter with this ID, which wins term+1,

@@ -269,9 +269,13 @@ type admission struct {
 	warned   [numRefusalReasons + 1]atomic.Int64 // unix nanos of the last warning per reason
 }
 
-// warnEvery is how often each refusal reason is logged at Warn level; the
-// others go to Debug, so a flood of forged RPCs cannot flood the log.
-const warnEvery = time.Second
+// warnEvery is how often each refusal reason is logged at Warn level: the
+// first refusal of a reason is, then one a minute at most, carrying the
+// count so far (as raft's own peer warnings are summarised once a minute).
+// The others go to Debug, so neither a flood of forged RPCs nor a steady
+// trickle of expected refusals (a node waiting to be added refuses the
+// members' pre-votes until its configuration arrives) fills the log.
+const warnEvery = time.Minute
 
 func (a *admission) stats() AdmissionStats {
 	s := AdmissionStats{Admitted: a.admitted.Load(), Refused: make(map[RefusalReason]uint64, numRefusalReasons)}

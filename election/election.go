@@ -57,6 +57,7 @@ type Election struct {
 
 	memberMu sync.Mutex // one membership check-and-change at a time (members.go)
 
+	reach peerReach     // voters the leader's heartbeats reach (successor.go)
 	clock leaderClock   // since when no leader / no confirmed epoch (health.go)
 	seat  membership    // whether this node is still a member (removed.go)
 	stats statsRecorder // counters behind Stats (stats.go)
@@ -189,7 +190,7 @@ func (e *Election) handover() {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.ElectionTimeout)
 	defer cancel()
 	updates := e.Observe(ctx)
-	_ = e.raft.LeadershipTransfer() // watched through raft's state; see transfer
+	_ = e.transferToSuccessor() // watched through raft's state; see transfer
 	for range updates {
 		if e.raft.State() != raft.Leader {
 			return

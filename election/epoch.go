@@ -262,10 +262,11 @@ type raftView interface {
 func (e *Election) unpublish() {
 	if old := e.pubTerm.Swap(0); old != 0 {
 		e.stats.withdraw()
+		// The same attributes as "epoch confirmed": the two lines pair up.
 		if e.closed.Load() {
-			e.log.Debug("epoch withdrawn: closing", "term", old) // expected: not news
+			e.log.Debug("epoch withdrawn: closing", "cluster", e.cfg.Cluster, "term", old, "leader", e.cfg.ID) // expected: not news
 		} else {
-			e.log.Info("epoch withdrawn", "term", old)
+			e.log.Info("epoch withdrawn", "cluster", e.cfg.Cluster, "term", old, "leader", e.cfg.ID)
 		}
 		pokeWatch(e.watchCh)
 	}

@@ -1,6 +1,8 @@
 package election
 
 import (
+	"time"
+
 	"github.com/hashicorp/raft"
 
 	"github.com/termfence/termfence/internal/raftlog"
@@ -9,12 +11,16 @@ import (
 // startPeerLog tells raft's logger when the leader reaches a follower
 // again (raft observes it but does not log it), so that an outage that
 // internal/raftlog logged as "peer unreachable" ends with a line saying
-// the peer is back and how many RPCs failed meanwhile.
+// the peer is back and how many RPCs failed meanwhile. The same
+// observations keep e.reach, the voters a handover may go to.
 func (e *Election) startPeerLog() {
 	ch := make(chan raft.Observation, 16)
 	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.ResumedHeartbeatObservation)
-		return ok
+		switch o.Data.(type) {
+		case raft.ResumedHeartbeatObservation, raft.FailedHeartbeatObservation:
+			return true
+		}
+		return false
 	})
 	e.raft.RegisterObserver(obs)
 	e.wg.Add(1)
@@ -26,8 +32,12 @@ func (e *Election) startPeerLog() {
 			case <-e.stop:
 				return
 			case o := <-ch:
-				if r, ok := o.Data.(raft.ResumedHeartbeatObservation); ok {
+				switch r := o.Data.(type) {
+				case raft.ResumedHeartbeatObservation:
+					e.reach.resumed(r.PeerID)
 					raftlog.Resumed(e.rlog, string(r.PeerID), "")
+				case raft.FailedHeartbeatObservation:
+					e.reach.failed(r.PeerID, time.Now())
 				}
 			}
 		}

@@ -121,6 +121,9 @@ func raftConfig(c Config, notifyCh chan<- bool) *raft.Config {
 	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
 	rc.NotifyCh = notifyCh
 	rc.Logger = raftlog.New(c.Logger, "raft")
+	// A peer away for less than this is a restart or a group closing node
+	// after node, not an outage worth a warning.
+	raftlog.SetPeerGrace(rc.Logger, peerGrace(c))
 	// A removed node keeps running as a non-voter instead of shutting raft
 	// down underneath this Election.
 	rc.ShutdownOnRemove = false
@@ -390,3 +393,7 @@ func (n *raftNode) forward(in <-chan raft.RPC, stop <-chan struct{}) {
 		}
 	}
 }
+
+// peerGrace is how long a peer must have been unreachable before the
+// leader warns about it: ten election timeouts (10 s at raft's defaults).
+func peerGrace(c Config) time.Duration { return 10 * c.ElectionTimeout }

@@ -95,6 +95,7 @@ type inbound struct {
 
 	accepted, evicted, shakeFailed, idleClosed, claimRefused, frameRefused atomic.Uint64
 	warned                                                                 atomic.Int64 // unix nanos of the last warning
+	quiet                                                                  atomic.Int64 // lines logged at Debug since that warning
 }
 
 func newInbound(ln net.Listener, c Config) *inbound {
@@ -122,15 +123,22 @@ func (s *inbound) stats() InboundStats {
 	}
 }
 
-// warn logs at Warn level at most once a second, at Debug otherwise, so a
-// flood of bad connections cannot flood the log.
+// warnEvery is how often the inbound server logs at Warn level: its first
+// problem at once, then one line a minute at most, carrying how many were
+// logged at Debug since the last (raft's own peer warnings are summarised
+// once a minute too).
+const warnEvery = time.Minute
+
+// warn logs at Warn level at most once per warnEvery, at Debug otherwise,
+// so a flood of bad connections cannot flood the log.
 func (s *inbound) warn(msg string, args ...any) {
 	now := time.Now().UnixNano()
 	last := s.warned.Load()
-	if now-last >= int64(time.Second) && s.warned.CompareAndSwap(last, now) {
-		s.log.Warn(msg, args...)
+	if (last == 0 || now-last >= int64(warnEvery)) && s.warned.CompareAndSwap(last, now) {
+		s.log.Warn(msg, append(args, "debug-lines-since-last-warning", s.quiet.Swap(0))...)
 		return
 	}
+	s.quiet.Add(1)
 	s.log.Debug(msg, args...)
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -32,11 +33,14 @@ type tcpTransport struct {
 // NewTCP listens on bind and returns a Transport for raft over TCP, with
 // the heartbeat fast path switched off (MainLoopOnly).
 //
-// advertise is the address peers use to reach this node ("host:port"); it is
-// resolved once to check it is usable (an unspecified IP such as 0.0.0.0, a
-// multicast IP or port 0 is refused with ErrNotAdvertisable) but a host name
-// is kept as given, so peers resolve it themselves. If advertise is empty the
-// listener's address is used, which must then have a specific IP.
+// advertise is the address peers use to reach this node ("host:port"): an
+// IP, or a host name kept as given so that peers resolve it themselves when
+// they dial. An unspecified IP such as 0.0.0.0, a multicast IP, port 0 or a
+// malformed name is refused with ErrNotAdvertisable, and so is a name that
+// resolves now to such an IP; a name that does not resolve yet is accepted
+// (a Kubernetes pod's DNS record appears after the pod starts). If advertise
+// is empty the listener's address is used, which must then have a specific
+// IP.
 //
 // Outbound RPCs go through hashicorp/raft's NetworkTransport, so the wire
 // format, connection pool and pipelining are raft's. Inbound connections
@@ -220,17 +224,52 @@ func resolveAdvertise(advertise string) (net.Addr, error) {
 	if host == "" {
 		return nil, fmt.Errorf("%w: %q: no host", ErrNotAdvertisable, advertise)
 	}
-	ta, err := net.ResolveTCPAddr("tcp", advertise)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %q: %w", ErrNotAdvertisable, advertise, err)
-	}
-	if err := checkAdvertisable(ta); err != nil {
-		return nil, fmt.Errorf("%w: %q: %w", ErrNotAdvertisable, advertise, err)
-	}
 	if net.ParseIP(host) != nil {
+		ta, err := net.ResolveTCPAddr("tcp", advertise)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q: %w", ErrNotAdvertisable, advertise, err)
+		}
+		if err := checkAdvertisable(ta); err != nil {
+			return nil, fmt.Errorf("%w: %q: %w", ErrNotAdvertisable, advertise, err)
+		}
 		return ta, nil // canonical IP text
 	}
+	if err := checkHostName(host); err != nil {
+		return nil, fmt.Errorf("%w: %q: %w", ErrNotAdvertisable, advertise, err)
+	}
+	// A host name is kept as given and peers resolve it when they dial. A
+	// name that does not resolve yet is no error: a Kubernetes pod's
+	// headless-Service record is published only after the pod starts, and
+	// failing here would make it crash-loop and back off. A name that
+	// resolves now must not resolve to an address peers cannot dial.
+	if ta, err := net.ResolveTCPAddr("tcp", advertise); err == nil {
+		if err := checkAdvertisable(ta); err != nil {
+			return nil, fmt.Errorf("%w: %q: %w", ErrNotAdvertisable, advertise, err)
+		}
+	}
 	return advertiseAddr(net.JoinHostPort(host, port)), nil
+}
+
+// checkHostName checks that h is a DNS host name: dot-separated labels of
+// letters, digits and hyphens, each 1..63 bytes and not starting or ending
+// with a hyphen, 253 bytes at most in all (a trailing dot allowed).
+func checkHostName(h string) error {
+	name := strings.TrimSuffix(h, ".")
+	if name == "" || len(name) > 253 {
+		return errors.New("not a host name: length")
+	}
+	for _, label := range strings.Split(name, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("not a host name: label %q", label)
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return fmt.Errorf("not a host name: byte %q in label %q", c, label)
+			}
+		}
+	}
+	return nil
 }
 
 func checkAdvertisable(a net.Addr) error {

@@ -41,7 +41,9 @@ func TestNewTCPBadInput(t *testing.T) {
 		cfg       Config
 		want      error
 	}{
-		{"unresolvable advertise", "127.0.0.1", "no-such-host.invalid:7000", Config{}, ErrNotAdvertisable},
+		{"advertise name with a bad byte", "127.0.0.1", "node_1.example:7000", Config{}, ErrNotAdvertisable},
+		{"advertise name with an empty label", "127.0.0.1", "node..example:7000", Config{}, ErrNotAdvertisable},
+		{"advertise name with a hyphen label end", "127.0.0.1", "node-.example:7000", Config{}, ErrNotAdvertisable},
 		{"unspecified advertise", "127.0.0.1", "0.0.0.0:7000", Config{}, ErrNotAdvertisable},
 		{"unspecified IPv6 advertise", "127.0.0.1", "[::]:7000", Config{}, ErrNotAdvertisable},
 		{"multicast advertise", "127.0.0.1", "224.0.0.1:7000", Config{}, ErrNotAdvertisable},
@@ -131,5 +133,21 @@ func TestConfigValidate(t *testing.T) {
 	if c.MaxPool != DefaultMaxPool || c.Timeout != DefaultTimeout || c.Logger == nil || c.MaxInbound != DefaultMaxInbound ||
 		c.HandshakeTimeout != DefaultHandshakeTimeout || c.IdleTimeout != DefaultIdleTimeout {
 		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+// TestNewTCPAdvertiseResolvesLater: an advertise name that does not resolve
+// yet (.invalid never does) is kept as given, for peers to resolve when they
+// dial: a pod whose DNS record is published after it starts must not fail
+// at start.
+func TestNewTCPAdvertiseResolvesLater(t *testing.T) {
+	const adv = "node-0.not-published-yet.invalid:7000"
+	tr, err := NewTCP("127.0.0.1:0", adv, Config{Logger: quietLogger()})
+	if err != nil {
+		t.Fatalf("NewTCP with an advertise name that does not resolve yet: %v", err)
+	}
+	defer tr.Close()
+	if got := string(tr.LocalAddr()); got != adv {
+		t.Fatalf("LocalAddr = %q, want %q as given", got, adv)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/termfence/termfence/election"
@@ -185,14 +186,17 @@ type node struct {
 	scheme   string       // "http" or "https"
 	client   *http.Client // to the store and to other nodes (TLS client certificate when configured)
 	store    *storeClient // nil without -store
-	wg       sync.WaitGroup
-	stalled  atomic.Bool // -stall-after-heal struck (nodestall.go)
+	// storeDown folds the writers' failures to reach the store into a
+	// few lines per outage (outagelog.go).
+	storeDown *outageLog
+	wg        sync.WaitGroup
+	stalled   atomic.Bool // -stall-after-heal struck (nodestall.go)
 }
 
 // startNode builds the transport, the election and the HTTP listener. On
 // error nothing is left running.
 func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error) {
-	n := &node{cfg: cfg, log: log, scheme: "http"}
+	n := &node{cfg: cfg, log: log, scheme: "http", storeDown: newOutageLog(time.Minute)}
 	tc := &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: clientIdleTimeout} // keepalive.go
 	if cfg.tlsConf != nil {
 		tc.TLSClientConfig = cfg.tlsConf.Clone()
@@ -220,8 +224,11 @@ func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error
 	}
 	n.ln = ln
 	n.httpAddr = ln.Addr().String()
-	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
-		log.Warn("HTTP API listens beyond loopback; protect it with -tls-cert/-tls-key/-tls-ca", "http", n.httpAddr)
+	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() && cfg.tlsConf == nil {
+		// Without TLS anyone who reaches the port may /join, /remove or
+		// /resign. With -tls-* the API already demands a certificate
+		// signed by the cluster CA, so there is nothing to warn about.
+		log.Warn("HTTP API listens beyond loopback without TLS; protect it with -tls-cert/-tls-key/-tls-ca", "http", n.httpAddr)
 	}
 
 	// The election's and raft's logs (raft's hclog is adapted onto slog
@@ -259,7 +266,8 @@ func startNode(cfg nodeConfig, log *slog.Logger, stderr io.Writer) (*node, error
 	// writes to the store as the application counts them.
 	n.metrics = newNodeMetrics()
 	electionmetrics.MustRegister(n.metrics.reg, n.el)
-	n.srv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: serverHeaderTimeout, IdleTimeout: serverIdleTimeout}
+	n.srv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: serverHeaderTimeout, IdleTimeout: serverIdleTimeout,
+		ErrorLog: serverErrorLog(log, "api")}
 	return n, nil
 }
 
@@ -316,10 +324,8 @@ func (n *node) run(ctx context.Context) error {
 func (n *node) shutdown() error {
 	if _, err := n.el.Epoch(); err == nil {
 		rctx, cancel := context.WithTimeout(context.Background(), 4*n.cfg.Heartbeat)
-		if err := n.el.Resign(rctx); err != nil {
+		if _, _, err := n.handOver(rctx, "shutdown", ""); err != nil {
 			n.log.Warn("shutdown: could not hand leadership over", "error", err)
-		} else {
-			n.handedOver(rctx, "shutdown")
 		}
 		cancel()
 	}
@@ -474,19 +480,29 @@ func (n *node) nodeURL(addr string) string {
 	return n.scheme + "://" + addr
 }
 
-// handedOver waits, within ctx, for the leader that follows this node's
-// handover (by shutdown, /resign or /transfer: how), logs it and returns
-// its ID and HTTP address; both are "" when no leader is known by then.
-// Right after a handover this node knows no leader until the new one's
-// first heartbeat, so the leader it knows at once is nobody.
-func (n *node) handedOver(ctx context.Context, how string) (id, httpAddr string) {
-	l, err := n.el.WaitLeader(ctx)
-	if err != nil {
+// handOver hands this node's leadership over (election.Handover: to the
+// voter to, or with to "" to one this leader reaches), logs what became of
+// it, and returns the next leader's ID and HTTP address. how names the
+// cause in the log: shutdown, resign, transfer. The ways leadership can end
+// are told apart: handed to a successor (its ID logged); stepped down
+// because no quorum answered, with nothing handed over (every node stopping
+// at once); handed over, but the next leader not known here before ctx
+// ended. Only the last two give "" for both, and none is an error: this
+// node no longer leads. Other errors are Handover's.
+func (n *node) handOver(ctx context.Context, how, to string) (id, httpAddr string, err error) {
+	l, err := n.el.Handover(ctx, to)
+	switch {
+	case err == nil:
+		n.log.Info(how+": handed leadership over", "leader", l.LeaderID, "term", l.Term)
+		return l.LeaderID, l.LeaderMeta, nil
+	case errors.Is(err, election.ErrNoSuccessor):
+		n.log.Info(how+": stepped down without handing over: no quorum of voters answered", "detail", err.Error())
+		return "", "", nil
+	case ctx.Err() != nil && n.el.Status().State != raft.Leader:
 		n.log.Info(how+": handed leadership over; the next leader is not known here yet", "error", err)
-		return "", ""
+		return "", "", nil
 	}
-	n.log.Info(how+": handed leadership over", "leader", l.LeaderID)
-	return l.LeaderID, l.LeaderMeta
+	return "", "", err
 }
 
 // leaderInfo returns the leader this node knows of and its HTTP address.

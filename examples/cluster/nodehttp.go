@@ -144,17 +144,23 @@ func (n *node) handleWrite(w http.ResponseWriter, r *http.Request) {
 func (n *node) handleResign(w http.ResponseWriter, r *http.Request) {
 	_, errEp := n.el.Epoch()
 	wasLeader := errEp == nil || n.el.Status().State == raft.Leader
-	ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
-	defer cancel()
-	if err := n.el.Resign(ctx); err != nil {
-		writeError(w, statusOf(err), "node: resign: "+err.Error())
-		return
-	}
 	id, h := n.leaderInfo()
 	if wasLeader {
-		wctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+		// The handover, then the wait for the next leader to be known.
+		ctx, cancel := context.WithTimeout(r.Context(), 8*n.cfg.Heartbeat)
 		defer cancel()
-		id, h = n.handedOver(wctx, "resign")
+		var err error
+		id, h, err = n.handOver(ctx, "resign", "")
+		if errors.As(err, new(*election.NotLeaderError)) {
+			// It stepped down on its own between the two reads: as on a
+			// follower, nothing to do.
+			id, h, err = "", "", nil
+			id, h = n.leaderInfo()
+		}
+		if err != nil {
+			writeError(w, statusOf(err), "node: resign: "+err.Error())
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "was_leader": wasLeader, "leader": id, "leader_http": h})
 }
@@ -288,15 +294,21 @@ type idRequest struct {
 // next leader (that voter, unless leadership moved on again meanwhile).
 // Naming the leader itself changes nothing.
 func (n *node) handleTransfer(w http.ResponseWriter, r *http.Request) {
-	target, ok := n.adminByID(w, r, "transfer", n.el.TransferTo)
-	if !ok {
-		return
+	var id, h string
+	handover := func(ctx context.Context, target string) error {
+		if target == n.cfg.ID {
+			if err := n.el.TransferTo(ctx, target); err != nil {
+				return err // not leader: answered with the leader to ask
+			}
+			id, h = n.leaderInfo()
+			return nil
+		}
+		var err error
+		id, h, err = n.handOver(ctx, "transfer", target)
+		return err
 	}
-	id, h := n.leaderInfo()
-	if target != n.cfg.ID {
-		ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
-		defer cancel()
-		id, h = n.handedOver(ctx, "transfer")
+	if _, ok := n.adminByID(w, r, "transfer", 8*n.cfg.Heartbeat, handover); !ok {
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "leader": id, "leader_http": h})
 }
@@ -330,7 +342,7 @@ func (n *node) handleRemove(w http.ResponseWriter, r *http.Request) {
 // adminByID reads an idRequest and runs fn on its ID. On any failure it
 // answers the request itself and returns ok false; on success the caller
 // answers.
-func (n *node) adminByID(w http.ResponseWriter, r *http.Request, op string, fn func(context.Context, string) error) (id string, ok bool) {
+func (n *node) adminByID(w http.ResponseWriter, r *http.Request, op string, budget time.Duration, fn func(context.Context, string) error) (id string, ok bool) {
 	var req idRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "node: "+op+": "+err.Error())
@@ -340,7 +352,7 @@ func (n *node) adminByID(w http.ResponseWriter, r *http.Request, op string, fn f
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("node: %s: id %q: %v", op, req.ID, err))
 		return "", false
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 4*n.cfg.Heartbeat)
+	ctx, cancel := context.WithTimeout(r.Context(), budget)
 	defer cancel()
 	if err := fn(ctx, req.ID); err != nil {
 		if errors.Is(err, election.ErrNotLeader) {

@@ -116,10 +116,12 @@ func (n *node) writeUnder(ctx, lctx context.Context, ep epoch.Epoch, w writer) e
 		n.metrics.count(a, err)
 		switch {
 		case err != nil:
-			w.log.Warn(w.what+": no answer from the store", "epoch", ep.String(), "error", err)
+			n.storeDown.failed(w.log, w.what+": no answer from the store", "epoch", ep.String(), "error", err)
 		case a.Accepted():
+			n.storeDown.ok(w.log, w.what+": the store answers again")
 			w.log.Debug(w.what+" accepted", "epoch", ep.String(), "value", value)
 		case a.Refused():
+			n.storeDown.ok(w.log, w.what+": the store answers again")
 			// A 409 means the store has seen a newer epoch: a newer leader
 			// exists, and Raft is telling this node (or soon will). Stop
 			// writing under this epoch but do not resign: if the store
@@ -130,7 +132,7 @@ func (n *node) writeUnder(ctx, lctx context.Context, ep epoch.Epoch, w writer) e
 				"epoch", ep.String(), "status", a.Status, "reason", a.Reason())
 			return nil
 		default:
-			w.log.Warn(w.what+" failed at the store", "epoch", ep.String(), "status", a.Status, "reason", a.Reason())
+			n.storeDown.failed(w.log, w.what+" failed at the store", "epoch", ep.String(), "status", a.Status, "reason", a.Reason())
 		}
 		if lost {
 			return nil

@@ -65,7 +65,8 @@ func storeMain(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("store: listen %s: %w", *httpAddr, err)
 	}
-	srv := &http.Server{Handler: st.Handler(), ReadHeaderTimeout: serverHeaderTimeout, IdleTimeout: serverIdleTimeout}
+	srv := &http.Server{Handler: st.Handler(), ReadHeaderTimeout: serverHeaderTimeout, IdleTimeout: serverIdleTimeout,
+		ErrorLog: serverErrorLog(log, "store")}
 	if err := writeAddrFile(*addrFile, ln.Addr().String()); err != nil {
 		ln.Close()
 		return err

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -200,4 +201,30 @@ func TestTLSJoinNeedsClusterCertificate(t *testing.T) {
 		}
 		return slices.Equal(st.Voters, []string{"n1", "n2"}), strings.Join(st.Voters, ",")
 	})
+}
+
+// TestWideAPIWarnsOnlyWithoutTLS: a node whose HTTP API listens beyond
+// loopback warns that anyone who reaches it may run admin calls — unless
+// -tls-* is set, when the API already demands a certificate from the
+// cluster CA and there is nothing to warn about.
+func TestWideAPIWarnsOnlyWithoutTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, dir, "cluster-ca")
+	crt, key := ca.issue(t, dir, "n1")
+	raft := freePorts(t, 2)
+	const warning = "HTTP API listens beyond loopback"
+	for i, withTLS := range []bool{true, false} {
+		args := []string{"node", "-id", "n1", "-raft", raft[i], "-data", filepath.Join(dir, fmt.Sprint("n", i)),
+			"-bootstrap", "n1=" + raft[i], "-heartbeat", "200ms", "-http", "0.0.0.0:0"}
+		if withTLS {
+			args = append(args, "-tls-cert", crt, "-tls-key", key, "-tls-ca", ca.file)
+		}
+		p := start(t, fmt.Sprint("wide-api-tls-", withTLS), args...)
+		waitUntil(t, 20*time.Second, "the node runs", func() (bool, string) {
+			return strings.Contains(p.log.String(), "node running"), p.log.String()
+		})
+		if got := strings.Contains(p.log.String(), warning); got == withTLS {
+			t.Errorf("TLS %v: warned %v, want %v:\n%s", withTLS, got, !withTLS, p.log.String())
+		}
+	}
 }

@@ -33,16 +33,19 @@ var replicationFailures = map[string]bool{
 const peerRecovered = "pipelining replication"
 
 // peerLog folds a leader's repeated errors about one unreachable follower
-// into a WARN line when it starts failing ("peer unreachable"), one WARN
-// summary per SummaryEvery while it lasts ("peer still unreachable", with
-// the count of failed RPCs), and an INFO line when replication to it works
-// again ("peer reachable again", with the outage's length and count).
-// Every folded error is still logged, at Debug. It is shared by a logger
-// and every logger derived from it (Named, With). An outage outlives this
-// node's stint as leader: a node that leads again while the peer is still
-// away does not warn again.
+// into a WARN line once it has been failing for the grace period ("peer
+// unreachable"), one WARN summary per SummaryEvery while it lasts ("peer
+// still unreachable", with the count of failed RPCs), and, if it warned, an
+// INFO line when replication to it works again ("peer reachable again",
+// with the outage's length and count). An outage shorter than the grace
+// period — a peer that stopped cleanly while the whole group closes, or a
+// restart — logs nothing above Debug. Every folded error is still logged,
+// at Debug. It is shared by a logger and every logger derived from it
+// (Named, With). An outage outlives this node's stint as leader: a node
+// that leads again while the peer is still away does not warn again.
 type peerLog struct {
 	every time.Duration
+	grace time.Duration // see SetPeerGrace; 0: warn at the first failure
 	now   func() time.Time
 
 	mu    sync.Mutex
@@ -51,6 +54,7 @@ type peerLog struct {
 
 type outage struct {
 	id        string
+	warned    bool // the "peer unreachable" line was logged
 	since     time.Time
 	lastLine  time.Time
 	failures  int // failed RPCs since since
@@ -128,8 +132,13 @@ func (p *peerLog) failed(g *logger, addr, id, msg string, args []any) {
 	}
 	o.failures++
 	o.sinceLine++
-	summary := known && now.Sub(o.lastLine) >= p.every
+	grace := p.grace
+	first := !o.warned && now.Sub(o.since) >= grace
+	summary := o.warned && now.Sub(o.lastLine) >= p.every
 	failures, sinceLine, since, pid := o.failures, o.sinceLine, o.since, o.id
+	if first {
+		o.warned, o.lastLine, o.sinceLine = true, now, 0
+	}
 	if summary {
 		o.lastLine, o.sinceLine = now, 0
 	}
@@ -137,9 +146,12 @@ func (p *peerLog) failed(g *logger, addr, id, msg string, args []any) {
 
 	g.emit(slog.LevelDebug, msg, args) // nothing is lost at Debug
 	switch {
-	case !known:
-		g.emit(slog.LevelWarn, "peer unreachable: raft cannot replicate to it; repeats are logged at Debug, summarised every "+p.every.String(),
-			[]any{"peer", addr, "peer-id", pid, "raft-msg", msg, "error", errOf(args)})
+	case first:
+		a := []any{"peer", addr, "peer-id", pid, "raft-msg", msg, "error", errOf(args)}
+		if grace > 0 {
+			a = append(a, "for", now.Sub(since).Round(time.Millisecond).String(), "failures", failures)
+		}
+		g.emit(slog.LevelWarn, "peer unreachable: raft cannot replicate to it; repeats are logged at Debug, summarised every "+p.every.String(), a)
 	case summary:
 		g.emit(slog.LevelWarn, "peer still unreachable",
 			[]any{"peer", addr, "peer-id", pid, "for", now.Sub(since).Round(time.Second).String(),
@@ -159,7 +171,11 @@ func (p *peerLog) recovered(g *logger, addr string) {
 	if !ok {
 		return
 	}
-	g.emit(slog.LevelInfo, "peer reachable again",
+	lv := slog.LevelInfo
+	if !o.warned {
+		lv = slog.LevelDebug // a blip that was never reported above Debug
+	}
+	g.emit(lv, "peer reachable again",
 		[]any{"peer", addr, "peer-id", o.id, "after", now.Sub(o.since).Round(time.Millisecond).String(), "failures", o.failures})
 }
 
@@ -197,4 +213,19 @@ func Resumed(l hclog.Logger, id, addr string) {
 		g.peers.mu.Unlock()
 	}
 	g.peers.recovered(g, addr)
+}
+
+// SetPeerGrace sets how long a peer must have been failing before l (a
+// logger from New, or one derived from it: they share the setting) warns
+// that it is unreachable. Other loggers ignore it. package election sets it
+// to a few election timeouts, so that a group closing node after node, or a
+// node restarting, is not reported as an outage.
+func SetPeerGrace(l hclog.Logger, d time.Duration) {
+	g, ok := l.(*logger)
+	if !ok || g.peers == nil {
+		return
+	}
+	g.peers.mu.Lock()
+	g.peers.grace = d
+	g.peers.mu.Unlock()
 }

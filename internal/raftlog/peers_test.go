@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,5 +80,50 @@ func TestFirstElectionNotWarn(t *testing.T) {
 	l.Warn("heartbeat timeout reached, starting election", "last-leader-addr", raft.ServerAddress("a:1"), "last-leader-id", raft.ServerID("n2"))
 	if !bytes.Contains(b.Bytes(), []byte(`"level":"WARN"`)) {
 		t.Fatalf("a lost leader was not a warning:\n%s", b.String())
+	}
+}
+
+// TestPeerGrace: with a grace period, an outage shorter than it (a peer
+// restarting, a group closing node after node) logs nothing above Debug,
+// its end included; one that lasts longer warns once the grace has passed,
+// carrying how long and how many, and its end is logged at Info.
+func TestPeerGrace(t *testing.T) {
+	var b bytes.Buffer
+	l := New(slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{Level: slog.LevelDebug})), "raft").(*logger)
+	SetPeerGrace(l, 2*time.Second)
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l.peers.now = func() time.Time { return clock }
+	n2 := raft.Server{Suffrage: raft.Voter, ID: "n2", Address: "10.0.0.2:7101"}
+	refused := errors.New("connection refused")
+	fail := func(d time.Duration) {
+		for end := clock.Add(d); clock.Before(end); clock = clock.Add(100 * time.Millisecond) {
+			l.Error("failed to heartbeat to", "peer", n2.Address, "error", refused)
+		}
+	}
+	levels := func() map[string]string {
+		m := map[string]string{}
+		for _, r := range records(t, &b) {
+			if msg, _ := r["msg"].(string); strings.HasPrefix(msg, "peer ") {
+				m[strings.SplitN(msg, ":", 2)[0]] = r["level"].(string)
+			}
+		}
+		return m
+	}
+	fail(1900 * time.Millisecond)
+	l.Info("pipelining replication", "peer", n2)
+	if got := levels(); got["peer unreachable"] != "" || got["peer reachable again"] != "DEBUG" {
+		t.Fatalf("a 1.9 s outage with a 2 s grace: %v, want no warning and its end at Debug", got)
+	}
+	b.Reset()
+	fail(3 * time.Second)
+	l.Info("pipelining replication", "peer", n2)
+	got := levels()
+	if got["peer unreachable"] != "WARN" || got["peer reachable again"] != "INFO" {
+		t.Fatalf("a 3 s outage with a 2 s grace: %v, want one WARN and its end at Info", got)
+	}
+	for _, r := range records(t, &b) {
+		if strings.HasPrefix(r["msg"].(string), "peer unreachable") && (r["for"] != "2s" || r["failures"] != float64(21)) {
+			t.Errorf("warning %v: want for=2s failures=21", r)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -224,8 +225,48 @@ func OpenWith(dir string, opts Options) (*Fence, error) {
 		return nil, fmt.Errorf("dirfence: open fence dir %s: %w", dir, err)
 	}
 	d := &Fence{dir: dir, dirFile: df, linger: linger, probe: probe, tick: min(linger, probe), t0: time.Now(), mode: mode}
+	if err := d.checkOwnDir(); err != nil {
+		df.Close()
+		return nil, err
+	}
 	d.removeOldTemps()
 	return d, nil
+}
+
+// ErrNotOwnDirectory is returned by Open and OpenWith for a directory that
+// holds files other than the fence's own. The fence directory must be its
+// own: Open removes the stale temporary files it finds there, and the
+// fence's file names could meet the application's.
+var ErrNotOwnDirectory = errors.New("dirfence: the fence directory holds files that are not the fence's")
+
+// checkOwnDir refuses a directory holding anything but fence files: the
+// ".fence" and ".intent" files of resources ("r-…" or "h-…") and their
+// temporary files, and "lost+found" (a filesystem's root).
+func (d *Fence) checkOwnDir() error {
+	names, err := d.dirFile.Readdirnames(-1)
+	if err != nil {
+		return fmt.Errorf("dirfence: read fence dir %s: %w", d.dir, err)
+	}
+	if _, err := d.dirFile.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("dirfence: read fence dir %s: %w", d.dir, err)
+	}
+	for _, n := range names {
+		if !isFenceFile(n) && n != "lost+found" {
+			return fmt.Errorf("%w: %s holds %q; give the fence a directory of its own, such as a subdirectory", ErrNotOwnDirectory, d.dir, n)
+		}
+	}
+	return nil
+}
+
+// isFenceFile reports whether n is a name the fence creates.
+func isFenceFile(n string) bool {
+	if !strings.HasPrefix(n, "r-") && !strings.HasPrefix(n, "h-") {
+		return false
+	}
+	if i := strings.Index(n, tempInfix); i >= 0 {
+		n = n[:i]
+	}
+	return strings.HasSuffix(n, fenceSuffix) || strings.HasSuffix(n, intentSuffix)
 }
 
 func (d *Fence) removeOldTemps() {

@@ -50,6 +50,8 @@
 //     writes does not give up when its context ends (flock(2) and the
 //     process's own lock cannot be interrupted). The hold itself never
 //     depends on the context.
+//   - The fence directory must be its own: Open refuses one that holds
+//     other files (ErrNotOwnDirectory), such as the application's data.
 //   - Every process must run this protocol; a file changed from outside the
 //     fence is detected as corrupt or re-read, not repaired.
 //   - The fence protects only what is written through it (I7), does not
