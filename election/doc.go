@@ -77,7 +77,9 @@
 //     (Election.Admission counts what it refused, and why): it must name a
 //     server ID and address, not this node's ID, and keep every term inside
 //     the term window (TermWindow, JumpLimit: no RPC moves the term more than
-//     2^32, and 2^40 elections of headroom stay below epoch.MaxTerm); votes
+//     2^32, and 2^40 elections of headroom stay below epoch.MaxTerm) and
+//     every log index at most MaxIndex, a snapshot's at most IndexJumpLimit
+//     (role epochs are log indexes: 2^40 entries of headroom); votes
 //     and pre-votes are taken only from a voter of the latest configuration
 //     at its configured address, appends and snapshots only from a voter
 //     (from anyone while this node has no configuration yet, as raft does
