@@ -46,8 +46,10 @@ func TestSQLitePowerLossControl(t *testing.T) {
 	fencetest.PowerLossControl(t, durable, disk, fencetest.PowerOptions{Variant: "delete-full-nocheck"})
 }
 
-// TestSQLiteUndurableJournalRefused: a raise is refused (ErrNotDurable)
-// in the journal modes whose commit a power cut can take back.
+// TestSQLiteUndurableJournalRefused: in the journal modes whose commit a
+// power cut can take back, Open itself refuses the database
+// (ErrNotDurable) and creates nothing; a fence opened anyway (the test-only
+// OpenUnchecked, with its check then switched back on) refuses the raise.
 func TestSQLiteUndurableJournalRefused(t *testing.T) {
 	for _, mode := range []string{"delete-full", "memory-full", "memory-extra", "off-full", "off-extra"} {
 		t.Run(mode, func(t *testing.T) {
@@ -58,8 +60,23 @@ func TestSQLiteUndurableJournalRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { db.Close() })
-			f := open(t, db, sqlfence.SQLite)
 			ctx := context.Background()
+			if f, err := sqlfence.Open(ctx, db, sqlfence.SQLite); !errors.Is(err, sqlfence.ErrNotDurable) {
+				if f != nil {
+					f.Close()
+				}
+				t.Fatalf("Open in %s = %v, want ErrNotDurable", mode, err)
+			}
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE name = 'termfence_fence'").Scan(&n); err != nil || n != 0 {
+				t.Fatalf("a refused Open left %d fence tables (%v)", n, err)
+			}
+			f, err := sqlfence.OpenUnchecked(ctx, db, sqlfence.SQLite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			sqlfence.RecheckDurable(f)
 			if err := f.Admit(ctx, "r", ep(3, "a")); !errors.Is(err, sqlfence.ErrNotDurable) {
 				t.Fatalf("raise in %s = %v, want ErrNotDurable", mode, err)
 			}

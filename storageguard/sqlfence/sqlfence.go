@@ -127,6 +127,13 @@ var _ storageguard.Fence = (*Fence)(nil)
 // Open returns a fence over db, creating its table if missing. The
 // caller keeps ownership of db: Close does not close it.
 func Open(ctx context.Context, db *sql.DB, d Dialect) (*Fence, error) {
+	return open(ctx, db, d, true)
+}
+
+// open is Open; with check false (tests only: the control of the power-loss
+// test) it accepts a SQLite connection whatever its settings, and so does
+// every transaction of the fence.
+func open(ctx context.Context, db *sql.DB, d Dialect, check bool) (*Fence, error) {
 	if db == nil {
 		return nil, errors.New("sqlfence: Open: nil *sql.DB")
 	}
@@ -176,6 +183,21 @@ func Open(ctx context.Context, db *sql.DB, d Dialect) (*Fence, error) {
 		f.qCreate = "CREATE TABLE IF NOT EXISTS termfence_fence (resource BYTEA PRIMARY KEY, cluster TEXT NOT NULL, term BIGINT NOT NULL, leader TEXT NOT NULL)"
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrBadDialect, int(d))
+	}
+	f.noDurableCheck = !check
+	if d == SQLite && check {
+		// The first call, not the first write, says that these settings
+		// cannot keep a raise: before anything is created.
+		var dur durability
+		dur.sqlite = true
+		err := f.retry(ctx, func() error { return db.QueryRowContext(ctx, qDurable).Scan(&dur.level, &dur.mode) })
+		if err != nil {
+			return nil, fmt.Errorf("sqlfence: read SQLite synchronous setting and journal mode: %w", err)
+		}
+		dur.mode = strings.ToLower(dur.mode)
+		if err := dur.check(true); err != nil {
+			return nil, fmt.Errorf("sqlfence: Open: %w", err)
+		}
 	}
 	err := f.retry(ctx, func() error {
 		_, err := db.ExecContext(ctx, f.qCreate)

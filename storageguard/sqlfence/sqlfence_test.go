@@ -31,6 +31,21 @@ func open(t testing.TB, db *sql.DB, d sqlfence.Dialect) *sqlfence.Fence {
 	return s
 }
 
+// openPast opens a fence on db whatever its settings, with the check of
+// each transaction on: a fence whose connections were changed after Open,
+// or a second handle opened by other code (Open itself refuses settings
+// that cannot keep a raise).
+func openPast(t testing.TB, db *sql.DB) *sqlfence.Fence {
+	t.Helper()
+	f, err := sqlfence.OpenUnchecked(context.Background(), db, sqlfence.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	sqlfence.RecheckDurable(f)
+	return f
+}
+
 func TestSQLite(t *testing.T) {
 	var path string
 	fencetest.Run(t, fencetest.Kind{
@@ -145,13 +160,14 @@ var durable = fencetest.Durable{
 		if err != nil {
 			return nil, err
 		}
-		f, err := sqlfence.Open(context.Background(), db, sqlfence.SQLite)
+		openFence := sqlfence.Open
+		if strings.HasSuffix(v, "-nocheck") {
+			openFence = sqlfence.OpenUnchecked
+		}
+		f, err := openFence(context.Background(), db, sqlfence.SQLite)
 		if err != nil {
 			db.Close()
 			return nil, err
-		}
-		if strings.HasSuffix(v, "-nocheck") {
-			sqlfence.SkipDurableCheck(f)
 		}
 		w := withDB{Fence: f, db: db}
 		if peer != "" {
@@ -198,7 +214,10 @@ func startPeer(main *sqlfence.Fence, path, level string) (func(), error) {
 		cancel()
 		return nil, err
 	}
-	pf, err := sqlfence.Open(ctx, pdb, sqlfence.SQLite)
+	pf, err := sqlfence.OpenUnchecked(ctx, pdb, sqlfence.SQLite) // a handle other code opened
+	if err == nil {
+		sqlfence.RecheckDurable(pf)
+	}
 	if err != nil {
 		cancel()
 		pdb.Close()
@@ -300,7 +319,7 @@ func TestSQLiteNotDurableRefusedOnLaterRaise(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unsynced.Close() })
-	f := open(t, unsynced, sqlfence.SQLite)
+	f := openPast(t, unsynced)
 	if err := f.Admit(ctx, "r", ep(3, "a")); err != nil {
 		t.Fatalf("write under the current epoch on synchronous=NORMAL (no raise): %v", err)
 	}
@@ -324,8 +343,11 @@ func TestSQLiteNotDurableRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	f := open(t, db, sqlfence.SQLite)
 	ctx := context.Background()
+	if _, err := sqlfence.Open(ctx, db, sqlfence.SQLite); !errors.Is(err, sqlfence.ErrNotDurable) {
+		t.Fatalf("Open on synchronous=NORMAL = %v, want ErrNotDurable at once, not at the first raise", err)
+	}
+	f := openPast(t, db)
 	if err := f.Admit(ctx, "r", ep(3, "a")); !errors.Is(err, sqlfence.ErrNotDurable) {
 		t.Fatalf("raise on synchronous=NORMAL = %v, want ErrNotDurable", err)
 	}
