@@ -188,7 +188,7 @@ func TestStaleConnectionReplaced(t *testing.T) {
 			if err := send(); err != nil {
 				t.Fatalf("RPC after the peer closed the pooled connection: %v", err)
 			}
-			if n := a.(mainLoopOnly).Transport.(*tcpTransport).dial.redials.Load(); n != 1 {
+			if n := a.(*TCP).dial.redials.Load(); n != 1 {
 				t.Errorf("%d connections replaced, want 1", n)
 			}
 		})

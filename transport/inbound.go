@@ -62,7 +62,7 @@ func Inbound(t raft.Transport) (s InboundStats, ok bool) {
 			t = x.Transport
 		case *Faulty:
 			t = x.inner
-		case *tcpTransport:
+		case *TCP:
 			return x.in.stats(), true
 		default:
 			return InboundStats{}, false
@@ -484,7 +484,7 @@ func SetMembership(t raft.Transport, member func(id string) (member, known bool)
 			t = x.Transport
 		case *Faulty:
 			t = x.inner
-		case *tcpTransport:
+		case *TCP:
 			x.in.member.Store(&member)
 			return true
 		default:

@@ -19,7 +19,7 @@ import (
 // pipelining, wire format) over dialLayer. Two things are added:
 //
 //   - raft passes each RPC the target's server ID and address, but a
-//     StreamLayer's Dial gets only the address. tcpTransport tags the
+//     StreamLayer's Dial gets only the address. TCP tags the
 //     address with the ID (tagTarget) before handing the call to the
 //     NetworkTransport, so that Dial knows whom it is meant to reach and,
 //     over TLS, refuses a peer whose certificate names another server. The

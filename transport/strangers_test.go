@@ -154,7 +154,7 @@ func TestMembershipRanks(t *testing.T) {
 	if SetMembership(NewInmem("x"), nil) {
 		t.Error("SetMembership accepted an in-memory transport")
 	}
-	in := tr.(mainLoopOnly).Transport.(*tcpTransport).in
+	in := tr.in
 	conn := func(peer string, admitted bool) *inConn {
 		c := &inConn{s: in, peer: peer}
 		c.established.Store(true)

@@ -17,11 +17,13 @@ import (
 	"github.com/termfence/termfence/internal/raftlog"
 )
 
-// tcpTransport is the Transport NewTCP builds: raft's NetworkTransport for
-// every outbound RPC (over dialLayer, outbound.go), and an inbound server
-// of its own (inbound.go) that accepts, limits and serves connections and
-// feeds their RPCs to Consumer.
-type tcpTransport struct {
+// TCP is the Transport NewTCP builds: raft's NetworkTransport for every
+// outbound RPC, and an inbound server of its own that accepts, limits and
+// serves connections and feeds their RPCs to Consumer. Its
+// SetHeartbeatHandler does nothing, so raft's heartbeat fast path is off
+// (see MainLoopOnly). Stats, Probe and Close are its own besides raft's
+// Transport methods.
+type TCP struct {
 	out      *raft.NetworkTransport
 	dial     *dialLayer
 	in       *inbound
@@ -31,7 +33,8 @@ type tcpTransport struct {
 }
 
 // NewTCP listens on bind and returns a Transport for raft over TCP, with
-// the heartbeat fast path switched off (MainLoopOnly).
+// the heartbeat fast path switched off: its SetHeartbeatHandler does
+// nothing. It returns the concrete *TCP, which is a Transport.
 //
 // advertise is the address peers use to reach this node ("host:port"): an
 // IP, or a host name kept as given so that peers resolve it themselves when
@@ -50,7 +53,7 @@ type tcpTransport struct {
 // connection they came on. With cfg.TLS set every connection is mutual TLS
 // bound to server IDs: see MutualTLS and Config.TLS. On any error nothing
 // is left listening.
-func NewTCP(bind, advertise string, cfg Config) (Transport, error) {
+func NewTCP(bind, advertise string, cfg Config) (*TCP, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -81,7 +84,7 @@ func NewTCP(bind, advertise string, cfg Config) (Transport, error) {
 		adv = ln.Addr()
 	}
 
-	t := &tcpTransport{dial: newDialLayer(adv, c)}
+	t := &TCP{dial: newDialLayer(adv, c)}
 	if c.TLS != nil && len(c.TLS.Certificates) > 0 {
 		t.localID, _ = ServerIDFromCertificate(leafOf(c.TLS.Certificates[0])) // checked by Validate
 	}
@@ -92,7 +95,7 @@ func NewTCP(bind, advertise string, cfg Config) (Transport, error) {
 		Logger:  raftlog.New(c.Logger, "transport"),
 	})
 	t.in = newInbound(ln, c)
-	return MainLoopOnly(t), nil
+	return t, nil
 }
 
 // leafOf returns cert's parsed leaf, or nil.
@@ -118,7 +121,7 @@ func LocalServerID(t raft.Transport) string {
 			t = x.Transport
 		case *Faulty:
 			t = x.inner
-		case *tcpTransport:
+		case *TCP:
 			return x.localID
 		default:
 			return ""
@@ -128,10 +131,10 @@ func LocalServerID(t raft.Transport) string {
 
 // Consumer implements raft.Transport: the RPCs of every inbound
 // connection.
-func (t *tcpTransport) Consumer() <-chan raft.RPC { return t.in.consumer }
+func (t *TCP) Consumer() <-chan raft.RPC { return t.in.consumer }
 
 // LocalAddr implements raft.Transport: the advertise address.
-func (t *tcpTransport) LocalAddr() raft.ServerAddress {
+func (t *TCP) LocalAddr() raft.ServerAddress {
 	return raft.ServerAddress(t.dial.advertise.String())
 }
 
@@ -144,52 +147,52 @@ func (t *tcpTransport) LocalAddr() raft.ServerAddress {
 // never returns — seen here as an Election.Close hung for six minutes, and
 // reported by others running raft in production. An election's log is a
 // few configuration changes and barriers, so the pipeline buys nothing.
-func (t *tcpTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+func (t *TCP) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
 	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
 // AppendEntries implements raft.Transport.
-func (t *tcpTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+func (t *TCP) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	return t.out.AppendEntries(id, tagTarget(id, target), args, resp)
 }
 
 // RequestVote implements raft.Transport.
-func (t *tcpTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+func (t *TCP) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
 	return t.out.RequestVote(id, tagTarget(id, target), args, resp)
 }
 
 // RequestPreVote implements raft.WithPreVote.
-func (t *tcpTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+func (t *TCP) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
 	return t.out.RequestPreVote(id, tagTarget(id, target), args, resp)
 }
 
 // InstallSnapshot implements raft.Transport.
-func (t *tcpTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+func (t *TCP) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
 	return t.out.InstallSnapshot(id, tagTarget(id, target), args, resp, data)
 }
 
 // TimeoutNow implements raft.Transport.
-func (t *tcpTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+func (t *TCP) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
 	return t.out.TimeoutNow(id, tagTarget(id, target), args, resp)
 }
 
 // EncodePeer implements raft.Transport: the address as bytes.
-func (t *tcpTransport) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte {
+func (t *TCP) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte {
 	return []byte(addr)
 }
 
 // DecodePeer implements raft.Transport.
-func (t *tcpTransport) DecodePeer(buf []byte) raft.ServerAddress { return raft.ServerAddress(buf) }
+func (t *TCP) DecodePeer(buf []byte) raft.ServerAddress { return raft.ServerAddress(buf) }
 
 // SetHeartbeatHandler implements raft.Transport and does nothing: inbound
 // RPCs, heartbeats included, are delivered on Consumer (NewTCP hands the
 // transport out through MainLoopOnly anyway).
-func (t *tcpTransport) SetHeartbeatHandler(func(raft.RPC)) {}
+func (t *TCP) SetHeartbeatHandler(func(raft.RPC)) {}
 
 // Close stops listening, closes every inbound and outbound connection and
 // waits for the transport's own goroutines. Later calls return the first
 // call's result.
-func (t *tcpTransport) Close() error {
+func (t *TCP) Close() error {
 	t.once.Do(func() {
 		t.closeErr = errors.Join(t.in.close(), t.out.Close())
 	})
@@ -198,7 +201,7 @@ func (t *tcpTransport) Close() error {
 
 // Probe implements Prober: it opens a TCP connection to addr with the
 // configured dialer and closes it at once.
-func (t *tcpTransport) Probe(ctx context.Context, addr raft.ServerAddress) error {
+func (t *TCP) Probe(ctx context.Context, addr raft.ServerAddress) error {
 	c, err := dialWith(ctx, t.dial.dial, string(addr))
 	if err != nil {
 		return err

@@ -47,7 +47,7 @@ var (
 	_ Prober    = (*Faulty)(nil)
 	_ Prober    = (*Inmem)(nil)
 	_ Transport = mainLoopOnly{}
-	_ Transport = (*tcpTransport)(nil)
+	_ Transport = (*TCP)(nil)
 	_ Transport = (*Inmem)(nil)
 	_ Transport = (*Faulty)(nil)
 )
