@@ -242,7 +242,7 @@ func (c *cluster) leaderNow() (*node, error) {
 func replaceOnLeader(t *testing.T, c *cluster, old, nw string) {
 	t.Helper()
 	onLeader(t, c, "ReplaceServer("+old+", "+nw+")", func(ld *node) error {
-		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+		ctx, cancel := context.WithTimeout(context.Background(), testwait.Bound(20*time.Second))
 		defer cancel()
 		err := ld.el.ReplaceServer(ctx, old, Member{ID: nw, Addr: nw})
 		var ce *ChangeError
