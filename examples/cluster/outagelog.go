@@ -32,6 +32,10 @@ func newOutageLog(every time.Duration) *outageLog {
 // failed records one failure and logs it on log: at Warn when it starts an
 // outage or a summary is due, at Debug otherwise.
 func (o *outageLog) failed(log *slog.Logger, msg string, args ...any) {
+	if o == nil { // a node built without one: every failure at Warn
+		log.Warn(msg, args...)
+		return
+	}
 	now := o.now()
 	o.mu.Lock()
 	first := !o.active
@@ -60,6 +64,9 @@ func (o *outageLog) failed(log *slog.Logger, msg string, args ...any) {
 // ok records a success; after an outage it logs, at Info on log, that the
 // outage ended, with its length and count.
 func (o *outageLog) ok(log *slog.Logger, msg string) {
+	if o == nil {
+		return
+	}
 	now := o.now()
 	o.mu.Lock()
 	active, since, failures := o.active, o.since, o.failures
