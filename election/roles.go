@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/termfence/termfence/epoch"
@@ -383,8 +382,3 @@ func monoClock() func() time.Duration {
 	return func() time.Duration { return time.Since(base) }
 }
 
-// atomicDur is an atomic time.Duration.
-type atomicDur struct{ v atomic.Int64 }
-
-func (a *atomicDur) load() time.Duration   { return time.Duration(a.v.Load()) }
-func (a *atomicDur) store(d time.Duration) { a.v.Store(int64(d)) }

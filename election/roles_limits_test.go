@@ -182,6 +182,9 @@ func TestRolesAddLimits(t *testing.T) {
 	if err := ld.el.AddRoles(ctx, big...); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("AddRoles of %d names: %v, want ErrInvalidArgument", len(big), err)
 	}
+	if got := ld.el.roles.t.applied(); got != applied {
+		t.Errorf("refused AddRoles calls appended an entry (applied %d -> %d)", applied, got)
+	}
 	fill := []string{}
 	for i := len(ld.el.RoleGrants()); i < limit-1; i++ {
 		fill = append(fill, fmt.Sprintf("f%06d", i))
