@@ -381,4 +381,3 @@ func monoClock() func() time.Duration {
 	base := time.Now()
 	return func() time.Duration { return time.Since(base) }
 }
-
