@@ -258,6 +258,7 @@ type admission struct {
 	raft *raft.Raft
 	log  *slog.Logger
 	self raft.ServerID
+	now  func() time.Time // nil: time.Now (tests set a clock)
 
 	// joining is the ID and address of the last server whose
 	// AppendEntries or InstallSnapshot was admitted while this node had no
@@ -303,7 +304,11 @@ func (a *admission) admit(rpc raft.RPC) bool {
 // refuse counts and logs err.
 func (a *admission) refuse(err *RefusedError) {
 	a.refused[err.Reason].Add(1)
-	now := time.Now().UnixNano()
+	clock := a.now
+	if clock == nil {
+		clock = time.Now
+	}
+	now := clock().UnixNano()
 	last := a.warned[err.Reason].Load()
 	args := []any{"command", err.Command, "claimed-id", err.ID, "claimed-addr", err.Addr, "term", err.Term, "reason", err.Reason.String()}
 	if err.Detail != "" {
