@@ -1,6 +1,7 @@
 package election
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -34,7 +35,9 @@ func TestEndOnClose(t *testing.T) {
 			t.Errorf("%s (%T): no ShutdownCh to set", k.name, k.f)
 			continue
 		}
-		if err := k.f.Error(); err != nil {
+		// Under load the leader may lose its term while a future waits:
+		// the future then ends with that error, an end all the same.
+		if err := k.f.Error(); err != nil && !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrNotLeader) {
 			t.Errorf("%s: %v", k.name, err)
 		}
 	}
