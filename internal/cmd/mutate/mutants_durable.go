@@ -49,7 +49,7 @@ var durableMutants = []mutant{
 		Replacement: "\t\tif err := dur.check(inserted); inserted && err != nil {"},
 
 	// objectfence's commit on the manifest version read (its pkObject and
-	// versitygw, as the round's objectfence mutants).
+	// versitygw, as the features set's objectfence mutants).
 	{ID: "DU-commit-on-check", File: "objectfence/manifest.go", Packages: pkObject, Run: "TestCommitOn",
 		What:        "CommitOn on an unverified version does not check that it is still current before its PUT",
 		Original:    "\t\tif cur.etag != read.ETag {\n",

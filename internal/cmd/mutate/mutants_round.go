@@ -1,6 +1,6 @@
 package main
 
-// Packages and -run patterns of the round set.
+// Packages and -run patterns of the features set.
 var (
 	pkObject  = []string{"./objectfence/"}
 	runRoles  = "TestRole|TestAttackForgedRoleRenewal|TestRenewal"
@@ -9,9 +9,9 @@ var (
 	runObject = "" // objectfence: every test (versitygw: VERSITYGW_BIN)
 )
 
-// roundMutants are bugs planted in the code of issue 27's round (named
+// roundMutants are bugs planted in the newer code (named
 // roles, admission's rules, the proxy's hold, pgtrigger's privilege checks,
-// objectfence's conditional writes): -set round.
+// objectfence's conditional writes): -set features.
 var roundMutants = []mutant{
 	// Roles: lease, grant, reassignment (docs/DESIGN.md, R1-R7).
 	{ID: "RL-lease", File: "election/roles.go", Packages: pkElection, Run: runRoles,
