@@ -13,7 +13,7 @@ import (
 	"github.com/termfence/termfence/transport"
 )
 
-// Each admission rule has a test of its own (issue 27, E5): the term
+// Each admission rule has a test of its own (so that mutant E5 dies): the term
 // window, each content rule, each configuration rule. The sender rules
 // (who may vote, append, send TimeoutNow) are TestAdmissionRules' and
 // TestAdmissionVoteRules'.
@@ -34,7 +34,7 @@ func TestTermWindow(t *testing.T) {
 		{JumpLimit + 1, JumpLimit, false, true},      // past the limit, one at a time
 		{epoch.MaxTerm, epoch.MaxTerm - 1, false, true},
 		{epoch.MaxTerm + 1, epoch.MaxTerm, false, false}, // never above MaxTerm
-		{epoch.MaxTerm, 2, false, false},                 // issue 25's vote
+		{epoch.MaxTerm, 2, false, false},                 // a hostile peer's vote
 		{epoch.MaxTerm - 1, 2, false, false},
 		{1 << 40, 0, true, true}, // joining: any term up to the limit
 		{JumpLimit + 1, 0, true, false},
@@ -227,8 +227,8 @@ func TestAdmissionVoteRules(t *testing.T) {
 
 // TestRenewalFromStrangerRefused: a RequestPreVote with term 0 is a role
 // renewal, taken out before raft; only a member at its address may send
-// one. Before this rule the roles code answered anyone's (issue 25's
-// forge counted those answers as accepted in the fault suite).
+// one. Before this rule the roles code answered anyone's (the fault
+// suite's forge counted those answers as accepted in the fault suite).
 func TestRenewalFromStrangerRefused(t *testing.T) {
 	ld, f, renew := renewalSender(t)
 	refusedAs(t, ld, "a renewal from a stranger", RefusedNotMember, renew("mallory", "x", 0))

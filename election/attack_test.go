@@ -15,7 +15,7 @@ import (
 	"github.com/termfence/termfence/transport/transporttest"
 )
 
-// The attacks of issue 25, each against a live three-node cluster over the
+// The hostile-peer attacks (huge terms, bad entries, oversized frames), each against a live three-node cluster over the
 // real transport. Each was seen failing on main (4f43917): the MaxTerm and
 // MaxTerm-1 votes left every node Candidate for good; the nil entry, the
 // bad snapshot configuration, the bad LogConfiguration data and the joining

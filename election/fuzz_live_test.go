@@ -41,7 +41,7 @@ import (
 //     for longer than leaderAbove's wait fails, naming the input that
 //     unsettled it.
 //
-// The seed corpus is every attack of issues 16 and 25 (hostile.Attacks).
+// The seed corpus is every named attack (hostile.Attacks).
 // CI runs it for 60 s (.ci/run); run longer with
 // go test -run='^$' -fuzz=FuzzLiveCluster -fuzztime=30m ./election/
 func FuzzLiveCluster(f *testing.F) {

@@ -36,7 +36,7 @@ const (
 
 // waitLong bounds every wait for a cluster-level condition: 30 s, scaled
 // with the machine's load (internal/testwait). A bound, not a sleep: a
-// wait ends as soon as its condition holds (issue 27: a fixed 10 s failed
+// wait ends as soon as its condition holds (a fixed 10 s once failed
 // TestLeaderMeta on a loaded two-core machine).
 var waitLong = testwait.Bound(30 * time.Second)
 

@@ -35,7 +35,7 @@ func hdr(id, addr string) raft.RPCHeader {
 	return raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(addr)}
 }
 
-// forgeries are the hostile RPCs of issue 16 and a few more: what a process
+// forgeries are the hostile RPCs of hostile.Attacks and a few more: what a process
 // that is not a member can send, claiming to be nobody, a stranger, or (with
 // an impossible term) a member.
 func forgeries(stranger string) []forgery {
@@ -276,7 +276,7 @@ func (c *tcpCluster) attack(tr raft.Transport, fs []forgery, mode int) {
 	}
 }
 
-// TestForgedRPCsChangeNothing is issue 16's first done-when, over plain TCP:
+// TestForgedRPCsChangeNothing is the first promise against forgery, over plain TCP:
 // a raw hashicorp/raft transport that is not a member sends every node of a
 // three-node cluster forged votes (empty ID with the transfer flag and term
 // 2^63, a stranger with a longer log), TimeoutNow requests and appends with
@@ -319,7 +319,7 @@ func newTLSStranger(t *testing.T, cfg *tls.Config) *raft.NetworkTransport {
 	return nt
 }
 
-// TestMutualTLSBindsIdentity is issue 16's first done-when over mutual TLS:
+// TestMutualTLSBindsIdentity is the same promise over mutual TLS:
 // the same forged RPCs, sent by a process holding a client-only
 // certificate from the cluster CA (an operator's curl certificate), and by
 // one holding a valid peer certificate that names another server

@@ -26,7 +26,7 @@ func TestLeaderMeta(t *testing.T) {
 		// Every follower learns the metadata of whoever leads: on a loaded
 		// machine raft may change leaders during the wait, and the wait
 		// then follows the new leader instead of waiting for the old one
-		// forever (issue 27).
+		// forever.
 		var ld *node
 		var ep epoch.Epoch
 		waitFor(t, "every follower to know the current leader's metadata", func() bool {

@@ -23,7 +23,7 @@ import (
 	"github.com/termfence/termfence/transport"
 )
 
-// Election nodes under power loss (issue 31; docs/DESIGN.md I1 and I2).
+// Election nodes under power loss (docs/DESIGN.md I1 and I2).
 // Three nodes run as child processes of the test binary over loopback TCP,
 // each with its data directory on a powerfs disk of its own. The test cuts
 // the power of a node at random points — while it leads, right after it

@@ -14,7 +14,7 @@ import (
 	"github.com/termfence/termfence/transport"
 )
 
-// TestRefusedLinkKernel is issue 16's one-way refused link with a real
+// TestRefusedLinkKernel is the one-way refused link with a real
 // kernel refusal: three hosts in network namespaces (netnsLab), each
 // running a termfence node and a raw hashicorp/raft node (no waker, no
 // admission layer; pre-vote on), both on transport.NewTCP. Both clusters'
@@ -25,14 +25,14 @@ import (
 // is the first follower in termfence's wake order, the one that announces
 // its refused probe; host 2 is the one that can win. termfence must change
 // leaders at most once and hold a confirmed epoch at least 95% of the time
-// (issue 16's bars), and in fact not change at all unless a timeout
+// (the refused-link bars), and in fact not change at all unless a timeout
 // elsewhere explains it (refusedLinkVerdict); raw raft is reported beside
 // it.
 func TestRefusedLinkKernel(t *testing.T) {
 	ht, et, llt, hold := refusedLinkTimeouts(5 * time.Second)
 	t.Logf("HT = %v, ET = %v, LLT = %v, hold %v", ht, et, llt, hold)
 	lab := newNetnsLab(t, 3)
-	// Each follower's link in turn: h1 announces, h2 can win (issue 27).
+	// Each follower's link in turn: h1 announces, h2 can win: both must hold.
 	for _, a := range []int{0, 1} {
 		t.Run(fmt.Sprintf("h%d", a+1), func(t *testing.T) {
 			var unjudged []string

@@ -16,7 +16,7 @@ import (
 )
 
 // refusedLinkHold is how long the refused-link tests hold the fault: 60 s
-// (issue 16's figure) with TERMFENCE_LONG set, a few seconds otherwise so
+// (the figure in docs/PERFORMANCE.md) with TERMFENCE_LONG set, a few seconds otherwise so
 // that CI stays fast. The verdicts are the same either way.
 func refusedLinkHold(short time.Duration) time.Duration {
 	if os.Getenv("TERMFENCE_LONG") != "" {
@@ -69,7 +69,7 @@ func (l *leaderTrace) fraction() float64 {
 // candidacy it sets off. A change with no such timeout before it was made
 // by the refused link: the timeouts that follow a candidacy (the deposed
 // leader, cut off from the new one, timing out) are its effects, not its
-// cause (issue 27: counting those let a waker that stood on a refused
+// cause (counting those let a waker that stood on a refused
 // probe alone pass as "too loaded to tell").
 func (l *leaderTrace) unexplained(check *checker, from time.Time, except string) int {
 	n := 0
@@ -91,7 +91,7 @@ func (l *leaderTrace) unexplained(check *checker, from time.Time, except string)
 	return n
 }
 
-// refusedLinkVerdict applies issue 16's bars to one attempt of a
+// refusedLinkVerdict applies the refused-link bars to one attempt of a
 // refused-link test — at most one leader change, a leader with a confirmed
 // epoch at least 95% of the time — and more: no change at all that a raft
 // timeout elsewhere (load) does not explain. It reports whether to try
@@ -100,7 +100,7 @@ func (l *leaderTrace) unexplained(check *checker, from time.Time, except string)
 // only on an attempt without them); unjudged collects one line per such
 // attempt. After refusedLinkAttempts of them the test fails with "could
 // not judge", naming them: a test that cannot judge its machine says so
-// loudly (issue 27), it never passes unjudged.
+// loudly, it never passes unjudged.
 func refusedLinkVerdict(t verdictT, attempt int, tf, rr *leaderTrace, unexplained int, disturbed bool, unjudged *[]string) (again bool) {
 	t.Helper()
 	t.Logf("termfence: %v", tf)
@@ -142,7 +142,7 @@ type verdictT interface {
 }
 
 // refusedLinkTimeouts returns the refused-link tests' raft timeouts — HT =
-// ET = 200 ms, LLT = 100 ms on a quiet machine, issue 16's — and the hold,
+// ET = 200 ms, LLT = 100 ms on a quiet machine — and the hold,
 // scaled by the machine's load (testwait.Factor, at most 4): on a loaded
 // machine a 200 ms timeout passes by itself, and a leader change it sets
 // off says nothing about the link, so without the scaling every attempt
@@ -228,18 +228,18 @@ func rawLeader(nodes []*rawNode) (*rawNode, uint64, bool) {
 	return ld, ld.r.CurrentTerm(), true
 }
 
-// TestRefusedLinkKeepsLeader is issue 16's refused link, in the transport
+// TestRefusedLinkKeepsLeader is a refused link, in the transport
 // (transport.Faulty.Refuse: every RPC and every probe between the leader and
 // one follower is refused, as by a firewall that rejects; see
 // TestRefusedLinkKernel for the same with a real kernel refusal): the link
 // is held, then healed, with raw hashicorp/raft beside it under the same
 // fault. termfence must change leaders at most once and have a leader
-// holding a confirmed epoch at least 95% of the time (issue 16's bars) — and
+// holding a confirmed epoch at least 95% of the time — and
 // in fact not at all, as raw raft with pre-vote: a change that no timeout
 // elsewhere explains fails the test, and an attempt whose changes all
 // follow raft timeouts on other nodes (load) is repeated, and after
 // refusedLinkAttempts of them the test fails as unable to judge
-// (refusedLinkVerdict). Before issue 16 the follower whose dial
+// (refusedLinkVerdict). Without the waker's evidence rule the follower whose dial
 // to the leader was refused handed its raft a TimeoutNow and won with the
 // third node's vote; the old leader, now a follower that could not reach
 // it, did the same in turn (and lost only when its log was behind), and
@@ -249,7 +249,7 @@ func TestRefusedLinkKeepsLeader(t *testing.T) {
 	t.Logf("HT = %v, ET = %v, LLT = %v, hold %v (load factor %.2f)", ht, et, llt, hold, testwait.Factor())
 	// Each follower's link in turn: the first in the wake order announces
 	// its refused probe and never stands; the last is the one that can
-	// win, and must not stand without a majority's evidence (issue 27:
+	// win, and must not stand without a majority's evidence (once
 	// only the first was ever cut, and a waker that stood on its own
 	// refused probe passed).
 	for _, cut := range []int{0, 1} {

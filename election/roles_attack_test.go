@@ -12,7 +12,7 @@ import (
 // one, from a stranger's ID or from a non-member claiming a member's ID at
 // another address, must be refused with an error, as admission refuses an
 // RPC (the fault suite's hostile peer counts an answer without an error as
-// admitted; issue 29's chaos run with roles saw "RequestPreVote as a
+// admitted; a chaos run with roles saw "RequestPreVote as a
 // 300-byte ID term 0: ACCEPTED"), and must leave the leader's view of its
 // members alone: no entry for the stranger, no applied index moved for the
 // member it named.

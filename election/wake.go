@@ -88,7 +88,7 @@ import (
 // listens there for this follower — or that something between the two
 // rejects connections: a firewall REJECT, or an ICMP port-unreachable,
 // which Linux also reports as a refused connection. A follower alone
-// cannot tell the two apart, and acting alone on the second (issue 16)
+// cannot tell the two apart, and acting alone on the second
 // deposes a live leader over and over: each side of a refused link wins
 // with the third node's vote in turn. So a refused probe forces an election
 // only with evidence that a majority of the voters lost the leader:

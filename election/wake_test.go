@@ -211,7 +211,7 @@ func TestKilledLeaderTransfer(t *testing.T) {
 	}
 	// The waker stands the first follower in ID order, which wins only if
 	// its log is at least as up to date as the other survivor's (raft's
-	// vote rule). Since roles (i29) every leader appends a Barrier after
+	// vote rule). With roles every leader appends a Barrier after
 	// its no-op (roleslease.go, before serving renewals); the leader
 	// commits it with one follower of two, so a kill right after can leave
 	// the follower the waker stands one entry behind: it is refused, and a

@@ -47,7 +47,7 @@ func TestPlaceAmong(t *testing.T) {
 // followers before it make a quorum), a majority of the voters lost the
 // leader (itself and the voters that asked for a pre-vote), and its turn
 // has come; otherwise it waits for its turn, or for evidence with no time
-// of its own. Issue 16: a follower that stood on a refused link alone
+// of its own. Why: a follower that stood on a refused link alone
 // deposed a live leader over and over.
 func TestStandOnRefused(t *testing.T) {
 	const probeAt, gap = 50 * time.Millisecond, 60 * time.Millisecond

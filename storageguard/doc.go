@@ -21,12 +21,11 @@
 //     guards a table against every client (psql, batch jobs, other
 //     languages) with pgfence's table and lock protocol;
 //   - storageguard/httpfence: a fencing HTTP proxy and middleware;
+//   - storageguard/objectfence: fenced writes to an S3-compatible object
+//     store, each one conditional PUT. It is its own API, not a Fence (the
+//     store holds no lock across a write), and the only package here that
+//     brings in the AWS SDK;
 //   - storageguard/fencetest: the conformance suite every fence passes.
-//
-// The object store fence, objectfence, is a package of its own beside
-// storageguard rather than under it: the AWS SDK it needs brings a
-// dependency tree much larger than any backend here, and it is its own
-// API, not a Fence (the store holds no lock across a write).
 //
 // # Guarantees
 //

@@ -289,7 +289,7 @@ func TestGuardWithoutFenceOrConfig(t *testing.T) {
 	}
 }
 
-// TestGuardNilVerifierRefuses: no Verifier is no choice (issue 26). A key
+// TestGuardNilVerifierRefuses: no Verifier is no choice. A key
 // passed in the wrong field must not turn verification off: a Guard built
 // without a Verifier refuses every token, signed or not, before the fence
 // is touched, with an error that names the missing Verifier.

@@ -78,7 +78,7 @@ func TestFrameScannerPassesRaft(t *testing.T) {
 }
 
 // bigArrayFrame is an AppendEntries request whose Entries array holds n
-// one-byte msgpack maps: issue 25's 8 MiB frame for n = 8<<20.
+// one-byte msgpack maps: the 8 MiB hostile frame for n = 8<<20.
 func bigArrayFrame(n int) []byte {
 	var b bytes.Buffer
 	b.WriteByte(rpcAppendEntries)
@@ -141,7 +141,7 @@ func entriesFrame(t testing.TB, n int) []byte {
 	return encodeRPC(t, rpcAppendEntries, &raft.AppendEntriesRequest{RPCHeader: rpcHeader(), Term: 3, Entries: entries}, false)
 }
 
-// TestEightMiBFrame is issue 25's memory amplification: one 8 MiB
+// TestEightMiBFrame is the memory amplification of a hostile frame: one 8 MiB
 // AppendEntries whose Entries array holds 8 M one-byte msgpack maps, sent
 // over plain TCP with no identity at all. On main (4f43917) raft decoded
 // it before anything looked at it and the receiving process allocated

@@ -67,7 +67,7 @@ func (p *rawPeer) preVote() error {
 	return nil
 }
 
-// TestStrangersCertificatesUnderCap is issue 25's flood of strangers'
+// TestStrangersCertificatesUnderCap is a flood of strangers'
 // certificates: over mutual TLS, with MaxInbound 8, two members hold one
 // connection each (an RPC on it was admitted), and 40 processes holding
 // CA-signed peer certificates of servers that are no members connect, keep

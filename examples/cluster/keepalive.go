@@ -18,7 +18,7 @@ import "time"
 // connection the server has just closed: the client reads EOF and cannot
 // know whether the store saw the write, so it must not retry it — a write
 // that reached the store and is sent again can overwrite a later write of
-// the same leader, which the same epoch does not stop (issue 27: writes
+// the same leader, which the same epoch does not stop (seen: writes
 // via n2 answered 502 "reused connection …, idle 5.022s …: EOF" while the
 // store was up, idle just past the 5 s header timeout).
 //

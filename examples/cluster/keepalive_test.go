@@ -56,7 +56,7 @@ func (l lateFINListener) Accept() (net.Conn, error) {
 	return &lateFINConn{Conn: c, closeAfter: l.closeAfter, last: time.Now()}, nil
 }
 
-// TestStoreWriteAfterServerClosedIdle is issue 27's 502 "reused connection
+// TestStoreWriteAfterServerClosedIdle is the 502 "reused connection
 // …, idle 5.022s …: EOF" while the store was up, reproduced: a write, an
 // idle pause past the server's timeout, and a write on the pooled
 // connection the server has closed. With the client's idle timeout above

@@ -67,7 +67,7 @@ func (r Report) OK() bool {
 // verdict: OK, except that porcupine may have run out of time (Unknown).
 // An Unknown verdict proves nothing either way; the chaos tests report it
 // (with the saved history) and do not fail on it, so that a loaded machine
-// never fails a run at random (issue 27). The other checks (stale, lost,
+// never fails a run at random. The other checks (stale, lost,
 // leader conflicts, contract) still judge the run.
 func (r Report) Passed() bool {
 	return r.StaleAccepted == 0 && r.Lost == 0 && r.Linearizable != porcupine.Illegal &&
@@ -358,12 +358,12 @@ func Check(h History, timeout time.Duration) Report {
 		// admission changes nothing and it is checked as one step. Only
 		// the writes that may have raised the fence are split, which
 		// spares porcupine the orderings of thousands of admissions that
-		// change nothing (issue 27: a saved netlab history took it minutes).
+		// change nothing (a saved netlab history took it minutes).
 		//
 		// The writes that are split were all called by the earliest return
 		// r of an acknowledged write of their epoch, and returned at r or
 		// later: their intervals all hold r, so their union is one interval.
-		// They share one admission over that union (issue 27: eleven
+		// They share one admission over that union (eleven
 		// writes of a new epoch, each with its own admission, gave
 		// porcupine 3^11 orderings of admissions that change nothing but
 		// the set of operations linearized, and the check of a saved

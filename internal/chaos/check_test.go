@@ -439,7 +439,7 @@ func TestCheckAdmitBeforeRecord(t *testing.T) {
 }
 
 // TestCheckSharedAdmission: the acknowledged writes of a new epoch share
-// one admission (issue 27). It may raise the fence from the first call of
+// one admission. It may raise the fence from the first call of
 // any of them, and no earlier; a record still cannot land after a newer
 // epoch was admitted.
 func TestCheckSharedAdmission(t *testing.T) {

@@ -21,7 +21,7 @@
 // (postgres); a hostile peer — a process that is not a member
 // (internal/cmd/forge) sending every node hostile RPCs drawn from
 // internal/hostile, the generator FuzzLiveCluster uses: the named attacks
-// of issues 16 and 25 and random ones (every RPC type, huge terms, nil and
+// (hostile.Attacks) and random ones (every RPC type, huge terms, nil and
 // malformed entries and configurations, oversized frames), as a stranger,
 // as nobody and as each member, seeded from the run's seed; and a refused link between the leader and one
 // follower for 4-12 leases (POST /fault refuse: transport.Faulty.Refuse on

@@ -15,7 +15,7 @@ import (
 	"github.com/termfence/termfence/epoch"
 )
 
-// Roles in the fault suite (Config.Roles > 0, issue 29). The election group
+// Roles in the fault suite (Config.Roles > 0). The election group
 // assigns named roles job-01..job-NN to its members; each role's owner writes
 // the role's store resource, role/NAME, with the role's own token (epoch
 // "chaos.NAME/<grant index>/<owner>"). The harness's role writers send each

@@ -18,7 +18,7 @@ func AttackSeed(i int) []byte { return []byte{byte(attackPrefix + i%32)} }
 // NumAttacks is the number of named attacks.
 const NumAttacks = 24
 
-// Attacks are the named attacks of issues 16 and 25, against target 0 (a
+// Attacks are the named attacks, against target 0 (a
 // follower where it matters: v.Leader says who leads, -1 if unknown). Each
 // claims an identity a correct node must refuse from this sender, or
 // carries content it must refuse, except the first two, whose claimed
@@ -61,7 +61,7 @@ func Attacks(v View) []Op {
 	}
 	goodConf, _ := configuration(&src{b: []byte{8}}, v)
 	return []Op{
-		// issue 25
+		// huge terms, bad entries and configurations
 		vote("RequestVote as "+O.ID+", transfer, term MaxTerm", hdr(O.ID, O.Addr), maxTerm, maxTerm-1, false),
 		vote("RequestVote as "+O.ID+", transfer, term MaxTerm-1", hdr(O.ID, O.Addr), maxTerm-1, maxTerm-2, false),
 		app("AppendEntries as the leader with a nil entry", hdr(L.ID, L.Addr), cur, []*logT{nil}, true),
@@ -71,7 +71,7 @@ func Attacks(v View) []Op {
 		app("AppendEntries as a non-voter, term MaxTerm", nonvoter, maxTerm, nil, true),
 		app("AppendEntries as a stranger, nil entry", stranger, cur+1, []*logT{nil}, true),
 		snap("InstallSnapshot as the leader, configuration with no voter", hdr(L.ID, L.Addr), cur, mustNoVoter(v)),
-		// issue 16
+		// forged identities and terms past MaxTerm
 		vote("RequestVote, empty ID, transfer, term 2^63", hdr("", v.Self), 1<<63, 1<<63, true),
 		vote("RequestVote, empty ID and address, term 2^64-2", hdr("", ""), 1<<64-2, 1<<64-2, true),
 		vote("RequestVote as a stranger, longer log, transfer", stranger, cur+1, cur, true),
@@ -90,7 +90,7 @@ func Attacks(v View) []Op {
 	}
 }
 
-// eightMiB is issue 25's frame: an AppendEntries whose Entries array
+// eightMiB is the memory-amplification frame: an AppendEntries whose Entries array
 // holds 8 M one-byte msgpack maps (built once, shared: never modify it).
 var eightMiB = sync.OnceValue(func() []byte {
 	var frame bytes.Buffer

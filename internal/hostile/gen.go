@@ -376,7 +376,7 @@ func gen(s *src, v View) Op {
 func rawFrame(s *src) ([]byte, string, bool) {
 	var b bytes.Buffer
 	switch s.intn(5) {
-	case 0: // issue 25's frame: an Entries array with a huge count
+	case 0: // the eightMiB frame's shape: an Entries array with a huge count
 		b.Write([]byte{0, 0x81, 0xa7})
 		b.WriteString("Entries")
 		b.WriteByte(0xdd)

@@ -1,6 +1,6 @@
 // Package testwait scales the bounds tests put on waits for an event to
 // the machine they run on, so that a test that waits for something that
-// does happen never fails merely because the machine is loaded (issue 27:
+// does happen never fails merely because the machine is loaded (once,
 // TestLeaderMeta's 10 s wait failed a new user's first go test on a busy
 // two-core machine).
 //

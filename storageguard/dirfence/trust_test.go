@@ -18,7 +18,7 @@ import (
 )
 
 // The power-loss tests of the promise that a record another process wrote
-// is synced before it is trusted (docs/DESIGN.md I5; issue 27's D4, D5).
+// is synced before it is trusted (docs/DESIGN.md I5; mutants D4, D5).
 //
 // What proves it: process A writes a record and dies before making it
 // durable (powerfs keeps the write in its cache, as a page cache would).

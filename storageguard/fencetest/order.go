@@ -15,7 +15,7 @@ import (
 // what it read before it waited. A write under 34 holds the fence; a raise
 // to 36 queues, then a raise to 35; the write ends. The raise to 36 must
 // succeed and the one to 35 be refused: a fence that read 34 before taking
-// its exclusive lock (pgfence without FOR UPDATE: issue 27, P1) lets 35
+// its exclusive lock (pgfence without FOR UPDATE: mutant P1) lets 35
 // overwrite 36, lowering the fence. With waiting (Kind.Waiting) each raise
 // is seen queued before the next starts, so such a fence fails every time;
 // without it the order is left to the scheduler.

@@ -60,7 +60,7 @@ type Kind struct {
 func Run(t *testing.T, k Kind) {
 	// First, with a deadline: a fence whose raise waits for itself (its
 	// high-water update outside its own transaction, waiting for that
-	// transaction's lock: issue 27, Q1) fails here with a message instead
+	// transaction's lock: mutant Q1) fails here with a message instead
 	// of hanging every later test until go test's timeout.
 	if !t.Run("RaiseReturns", func(t *testing.T) { testRaiseReturns(t, k.Open(t)) }) {
 		t.Fatal("a raise on an idle fence did not return: the rest of the suite would hang, not run")
@@ -153,7 +153,7 @@ func testRefusals(t *testing.T, f storageguard.Fence) {
 		{"foreign", "r", epoch.Epoch{Cluster: "billing", Term: 11, Leader: "a"}, storageguard.ErrForeignCluster},
 		{"zero", "r", epoch.Epoch{}, epoch.ErrMalformed},
 		{"malformed", "r", epoch.Epoch{Cluster: "payments", Term: 11, Leader: "a b"}, epoch.ErrMalformed},
-		// A forged huge term (issue 16) would lock the resource for good.
+		// A forged huge term would lock the resource for good.
 		{"term above MaxTerm", "r", ep(epoch.MaxTerm+1, "mallory"), epoch.ErrMalformed},
 		{"term 2^63", "r", ep(1<<63, "mallory"), epoch.ErrMalformed},
 		{"term 2^64-1", "r", ep(1<<64-1, "mallory"), epoch.ErrMalformed},

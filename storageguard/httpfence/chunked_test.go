@@ -18,7 +18,7 @@ import (
 // server's chunked reader, which then takes the next three bytes as the
 // chunk's data and fails at the missing CRLF after them. Those three bytes
 // of garbage were forwarded to the backend before the framing error; the
-// proxy forwards nothing of a read that ended in an error (issue 26).
+// proxy forwards nothing of a read that ended in an error.
 func TestProxyForwardsNoBytesOfABadlyFramedBody(t *testing.T) {
 	eachTransport(t, func(t *testing.T, std bool) {
 		var mu sync.Mutex

@@ -25,7 +25,7 @@ import (
 	"github.com/termfence/termfence/storageguard/httpfence"
 )
 
-// The randomized client-behaviour harness (issue 26): careless and hostile
+// The randomized client-behaviour harness: careless and hostile
 // clients — aborting at random points of the header and the body,
 // trickling, never reading, upgrading, pipelining, resetting h2 streams —
 // send requests of one epoch while a well-behaved successor sends the next
@@ -369,7 +369,7 @@ func pause(d time.Duration) {
 
 // client runs one client of kind k with term, drawing its choices from rng.
 // closeAfterArrival makes a client that goes away wait until the backend
-// has its request first (the reproductions of issue 26).
+// has its request first (as the reproductions in hold_test.go do).
 func (h *harness) client(k clientKind, term uint64, rng *rand.Rand, closeAfterArrival bool) {
 	h.mu.Lock()
 	h.requests++

@@ -19,7 +19,7 @@ import (
 	"github.com/termfence/termfence/storageguard/httpfence"
 )
 
-// The reproductions of issue 26's first finding: an older epoch's client
+// Reproductions of the proxy's hold going wrong: an older epoch's client
 // goes away while the backend already works on its request. The hold on
 // the older epoch must last until the backend is provably done, so that the
 // older write never lands after a newer epoch was admitted.

@@ -15,7 +15,7 @@ import (
 // upgrade (Upgrade, or Connection: upgrade, in any spelling), and any
 // CONNECT, is a write: the upgraded channel carries whatever the client
 // sends, for as long as it likes. Without a token it is refused, never
-// switched (issue 26).
+// switched.
 func TestProxyUnfencedReadsRefuseUpgrade(t *testing.T) {
 	var reached atomic.Int64
 	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

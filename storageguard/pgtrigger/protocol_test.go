@@ -269,8 +269,8 @@ func TestFastPathTrustsOnlyValidRows(t *testing.T) {
 // SHARE — it never queues for the row lock, where it would hold up the
 // current writers that come after it (they would queue behind its FOR
 // UPDATE). The correct guard takes no lock on this path at all, so the
-// stale session's lock_timeout can only fire if it waits. (Mutation T3 of
-// issue 27: the first stale check off by one let term 33 through to the
+// stale session's lock_timeout can only fire if it waits. (Mutant T3 of
+// internal/cmd/mutate: the first stale check off by one let term 33 through to the
 // raise path, which refused it only once the current transaction ended.)
 func TestStaleRefusedAtOnce(t *testing.T) {
 	d := guarded(t)
@@ -304,7 +304,7 @@ func TestStaleRefusedAtOnce(t *testing.T) {
 // TestWriterBehindNewerRaiseIsRefused: a writer of term 35 that queued
 // behind a raise to 36 (both newer than the committed 34, so both take the
 // raise path) is refused once the raise commits, and nothing it wrote
-// commits. (Mutation T3b of issue 27: the raise path's stale check off by
+// commits. (Mutant T3b of internal/cmd/mutate: the raise path's stale check off by
 // one admitted it.)
 func TestWriterBehindNewerRaiseIsRefused(t *testing.T) {
 	d := guarded(t)

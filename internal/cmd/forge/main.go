@@ -2,7 +2,7 @@
 // is not a member of the cluster and sends each target node, over plain
 // TCP with a raw hashicorp/raft NetworkTransport, hostile RPCs drawn from
 // internal/hostile — the generator FuzzLiveCluster fuzzes live clusters
-// with: first the named attacks of issues 16 and 25 (hostile.Attacks:
+// with: first the named attacks (hostile.Attacks:
 // nil entries, configurations that do not decode, the 8 MiB frame, terms
 // 2^62 to 2^64-2 as strangers, nobody and members, TimeoutNow from
 // strangers...), then -count random inputs from -seed; of both only the

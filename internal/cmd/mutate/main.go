@@ -4,13 +4,13 @@
 // temporary copy of the module, runs the affected packages' tests with a
 // per-mutant time bound, and records the mutant as killed (a test failed),
 // survived (every test passed) or timeout (the bound passed: a bug caught
-// only by hanging, which issue 27 counts as a weak kill). It prints one line
+// only by hanging, which counts as a weak kill). It prints one line
 // per mutant and the score.
 //
-//	go run ./internal/cmd/mutate                 # every mutant
+//	go run ./internal/cmd/mutate                 # the core set (-set core)
 //	go run ./internal/cmd/mutate -only EP3,E1b   # some
 //	go run ./internal/cmd/mutate -check          # only check that every snippet is found once
-//	go run ./internal/cmd/mutate -set round      # the round's new code (-set all: every set)
+//	go run ./internal/cmd/mutate -set features   # roles, admission, proxy hold, ... (-set all: every set)
 //	go run ./internal/cmd/mutate -whole -set all -table kills.md
 //	                                             # whole-package mode (whole.go): each package's
 //	                                             # plain go test, a bound per package, kill times
@@ -43,7 +43,7 @@ func main() {
 		bound   = flag.Duration("timeout", 6*time.Minute, "time bound of one mutant's tests")
 		root    = flag.String("root", ".", "the module's root")
 		verbose = flag.Bool("v", false, "print the failing output of killed mutants")
-		set     = flag.String("set", "issue27", "which mutants: one of the sets named in mutantSets, or all")
+		set     = flag.String("set", "core", "which mutants: one of the sets named in mutantSets, or all")
 		whole   = flag.Bool("whole", false, "whole-package mode: run each affected package's whole go test (no -run), one package at a time, each within -pkg-timeout")
 		pkgTime = flag.Duration("pkg-timeout", 8*time.Minute, "whole-package mode: the bound of one package's go test (a hang is reported as a timeout naming the running tests)")
 		table   = flag.String("table", "", "whole-package mode: also write the results as a Markdown table to this file")
@@ -125,8 +125,8 @@ var mutantSets = []struct {
 	name    string
 	mutants []mutant
 }{
-	{"issue27", mutants},
-	{"round", roundMutants},
+	{"core", mutants},
+	{"features", roundMutants},
 	{"liveness", livenessMutants},
 	{"redis", redisMutants},
 	{"fences", fencesMutants},
@@ -137,8 +137,14 @@ var mutantSets = []struct {
 	{"roles", rolesMutants},
 }
 
+// setAliases are older names of sets that scripts may still pass.
+var setAliases = map[string]string{"issue27": "core", "round": "features"}
+
 // mutantSet returns the mutants of a -set name.
 func mutantSet(name string) ([]mutant, error) {
+	if a, ok := setAliases[name]; ok {
+		name = a
+	}
 	var all []mutant
 	var known []string
 	for _, s := range mutantSets {

@@ -11,8 +11,8 @@ type mutant struct {
 	Packages    []string
 	Run         string // -run pattern; empty: every test of Packages
 	What        string
-	// Owner names the round's branch whose tests are meant to kill it,
-	// when that is not this one (issue 27's split of the work).
+	// Owner names the branch whose tests are meant to kill it,
+	// when that is not this one.
 	Owner string
 }
 
@@ -33,12 +33,12 @@ var (
 	pkTrigger  = []string{"./storageguard/pgtrigger/"}
 )
 
-// mutants: issue 27's survivors (EP3, E1b, E3, T3, T3b, D4, D5) and weak
+// mutants: the first measurement's survivors (EP3, E1b, E3, T3, T3b, D4, D5) and weak
 // kills (P1, E5, H1, Q1) first, then realistic one-to-three-line bugs in
 // the epoch rules, the election's triple read and confirmation, admission,
 // the fence rule and each fence's raise, lock and sync, and the HTTP hold.
 var mutants = []mutant{
-	// Issue 27's survivors and weak kills.
+	// The first measurement's survivors and weak kills.
 	{ID: "EP3", File: "epoch/token.go", Packages: pkEpoch,
 		What:        "an HMAC codec falls back on its signing key for an unknown key ID",
 		Original:    "\tk, ok := c.keys[id]\n\tif !ok {\n",
