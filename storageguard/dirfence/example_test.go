@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/termfence/termfence/epoch"
@@ -57,4 +58,42 @@ func ExampleOpenWith() {
 	// a, term 33: <nil>
 	// b, term 34: <nil>
 	// a, term 33 stale: true
+}
+
+// A fence in a directory of its own beside the application's data: the
+// write to the shared disk runs only while term 34 is the newest the fence
+// has seen, and term 33's late write is refused before it touches the
+// file. The application's own directory is refused as a fence directory.
+func ExampleOpen() {
+	data, err := os.MkdirTemp("", "shared-disk")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(data)
+	f, err := dirfence.Open(filepath.Join(data, "fence.d"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer f.Close()
+	ctx := context.Background()
+	report := filepath.Join(data, "report.txt")
+	write := func(ep epoch.Epoch, text string) error {
+		return f.Do(ctx, "report.txt", ep, func(context.Context) error {
+			return os.WriteFile(report, []byte(text), 0o600)
+		})
+	}
+	fmt.Println(write(epoch.Epoch{Cluster: "payments", Term: 34, Leader: "node-b"}, "from b"))
+	err = write(epoch.Epoch{Cluster: "payments", Term: 33, Leader: "node-a"}, "late write from a")
+	fmt.Println(errors.Is(err, storageguard.ErrStale))
+	b, _ := os.ReadFile(report)
+	fmt.Println(string(b))
+	_, err = dirfence.Open(data) // holds report.txt: not the fence's own
+	fmt.Println(errors.Is(err, dirfence.ErrNotOwnDirectory))
+	// Output:
+	// <nil>
+	// true
+	// from b
+	// true
 }
