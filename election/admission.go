@@ -450,6 +450,18 @@ func (a *admission) leaderGrade(e *RefusedError, conf raft.Configuration, id raf
 		return nil // joining: any sender (check stores it once the content passes)
 	}
 	s, ok := find(conf, id)
+	if (!ok || s.Address != addr || s.Suffrage != raft.Voter) && term == cur {
+		// The leader this node already follows in this term keeps
+		// appending though the configuration here does not (yet) make it
+		// a voter: a node that joined took a snapshot from it whose
+		// configuration predates the leader's own promotion, and the
+		// entries that promote it are among those still to come. Raft
+		// elects one leader per term, and this node accepted this one
+		// under the rules above before its configuration changed.
+		if la, lid := a.raft.LeaderWithID(); lid == id && la == addr {
+			return nil
+		}
+	}
 	switch {
 	case !ok || s.Address != addr:
 		e.Reason = RefusedNotMember
