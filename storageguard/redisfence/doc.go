@@ -54,6 +54,10 @@
 // <dir>/appendonlydir yourself and sync both before the first start, or a
 // power cut soon after it loses the whole file (tests
 // TestPowerCutLosesNoAcknowledgedRaise, TestSIGKILLLosesNoAcknowledgedRaise).
+// A cut can also tear the file's last command, one never acknowledged;
+// redis-server then refuses to start ("Bad file format reading the append
+// only file") until redis-check-aof --fix cuts that tail off, which loses
+// nothing a client was told had happened.
 //
 // # The leaders' user
 //
