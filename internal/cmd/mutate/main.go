@@ -137,14 +137,8 @@ var mutantSets = []struct {
 	{"roles", rolesMutants},
 }
 
-// setAliases are older names of sets that scripts may still pass.
-var setAliases = map[string]string{"issue27": "core", "round": "features"}
-
 // mutantSet returns the mutants of a -set name.
 func mutantSet(name string) ([]mutant, error) {
-	if a, ok := setAliases[name]; ok {
-		name = a
-	}
 	var all []mutant
 	var known []string
 	for _, s := range mutantSets {

@@ -14,20 +14,3 @@ func TestMutantsApply(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-// TestSetAliases: the older set names still select the same mutants.
-func TestSetAliases(t *testing.T) {
-	for old, name := range setAliases {
-		a, err := mutantSet(old)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := mutantSet(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(a) == 0 || len(a) != len(b) || a[0].ID != b[0].ID {
-			t.Errorf("-set %s gives %d mutants, -set %s %d", old, len(a), name, len(b))
-		}
-	}
-}
