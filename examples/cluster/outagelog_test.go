@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -50,29 +49,11 @@ func TestOutageLogFolds(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestServerErrorLog: net/http's own "TLS handshake error" line lands in
 // the node's slog stream, in its format, at Debug, not in the standard
 // logger's format on stderr.
 func TestServerErrorLog(t *testing.T) {
-	var out syncBuffer
+	var out lockedBuffer
 	l := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := httptest.NewUnstartedServer(http.NotFoundHandler())
 	srv.Config.ErrorLog = serverErrorLog(l, "api")

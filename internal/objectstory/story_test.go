@@ -15,8 +15,8 @@ import (
 	"github.com/termfence/termfence/election"
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/internal/s3server"
+	"github.com/termfence/termfence/objectfence"
 	"github.com/termfence/termfence/storageguard"
-	"github.com/termfence/termfence/storageguard/objectfence"
 	"github.com/termfence/termfence/transport"
 )
 

@@ -50,19 +50,19 @@ var durableMutants = []mutant{
 
 	// objectfence's commit on the manifest version read (its pkObject and
 	// versitygw, as the features set's objectfence mutants).
-	{ID: "DU-commit-on-check", File: "storageguard/objectfence/manifest.go", Packages: pkObject, Run: "TestCommitOn",
+	{ID: "DU-commit-on-check", File: "objectfence/manifest.go", Packages: pkObject, Run: "TestCommitOn",
 		What:        "CommitOn on an unverified version does not check that it is still current before its PUT",
 		Original:    "\t\tif cur.etag != read.ETag {\n",
 		Replacement: "\t\tif false {\n"},
-	{ID: "DU-commit-on-ifmatch", File: "storageguard/objectfence/manifest.go", Packages: pkObject, Run: "TestCommitOn",
+	{ID: "DU-commit-on-ifmatch", File: "objectfence/manifest.go", Packages: pkObject, Run: "TestCommitOn",
 		What:        "CommitOn's PUT is not conditioned on the version read (a commit between the read and the PUT is overwritten)",
 		Original:    "\t\tin.IfMatch = aws.String(read.ETag)\n",
 		Replacement: "\t\t_ = read\n"},
-	{ID: "DU-commit-on-decide", File: "storageguard/objectfence/manifest.go", Packages: pkObject, Run: "TestCommitOn",
+	{ID: "DU-commit-on-decide", File: "objectfence/manifest.go", Packages: pkObject, Run: "TestCommitOn",
 		What:        "CommitOn on a verified version does not decide the epoch (a deposed writer commits over a newer term)",
 		Original:    "\t\tif _, err := storageguard.Decide(manifestKey, cur.epoch, ep); err != nil {\n",
 		Replacement: "\t\tif _, err := storageguard.Decide(manifestKey, cur.epoch, ep); false && err != nil {\n"},
-	{ID: "DU-get-torn", File: "storageguard/objectfence/get.go", Packages: pkObject, Run: "TestGetTornETag|TestCommitOn",
+	{ID: "DU-get-torn", File: "objectfence/get.go", Packages: pkObject, Run: "TestGetTornETag|TestCommitOn",
 		What:        "Get returns an ETag that is not the MD5 of the bytes it read",
 		Original:    "\tif md5Form && !match {\n",
 		Replacement: "\tif md5Form && false {\n"},

@@ -2,7 +2,7 @@ package main
 
 // Packages and -run patterns of the features set.
 var (
-	pkObject  = []string{"./storageguard/objectfence/"}
+	pkObject  = []string{"./objectfence/"}
 	runRoles  = "TestRole|TestAttackForgedRoleRenewal|TestRenewal"
 	runAdmit  = runAdmission + "|TestMutualTLS"
 	runTrig   = "" // pgtrigger: every test (PostgreSQL: TERMFENCE_POSTGRES_DSN)
@@ -130,19 +130,19 @@ var roundMutants = []mutant{
 		Replacement: "  IF false THEN"},
 
 	// objectfence's conditional writes.
-	{ID: "OF-ifmatch", File: "storageguard/objectfence/put.go", Packages: pkObject, Run: runObject,
+	{ID: "OF-ifmatch", File: "objectfence/put.go", Packages: pkObject, Run: runObject,
 		What:        "a write over an existing object is not conditioned on its ETag",
 		Original:    "\t\t\tin.IfMatch = aws.String(cur.etag)\n",
 		Replacement: "\t\t\t_ = cur.etag\n"},
-	{ID: "OF-ifnonematch", File: "storageguard/objectfence/put.go", Packages: pkObject, Run: runObject,
+	{ID: "OF-ifnonematch", File: "objectfence/put.go", Packages: pkObject, Run: runObject,
 		What:        "a key's first write is not conditioned on its absence",
 		Original:    "\t\t\tin.IfNoneMatch = aws.String(\"*\")\n",
 		Replacement: "\t\t\t_ = \"*\"\n"},
-	{ID: "OF-twoheads", File: "storageguard/objectfence/put.go", Packages: pkObject, Run: runObject,
+	{ID: "OF-twoheads", File: "objectfence/put.go", Packages: pkObject, Run: runObject,
 		What:        "one HEAD is trusted: its epoch may belong to an older write than its ETag",
 		Original:    "\t\tif next.exists && next.etag == prev.etag {\n",
 		Replacement: "\t\tif next.exists {\n"},
-	{ID: "OF-cache", File: "storageguard/objectfence/put.go", Packages: pkObject, Run: runObject,
+	{ID: "OF-cache", File: "objectfence/put.go", Packages: pkObject, Run: runObject,
 		What:        "a write conditioned on the cached ETag is not checked against the cached epoch",
 		Original:    "\t\tif _, err := storageguard.Decide(key, cur.epoch, ep); err != nil {\n\t\t\t// The entry",
 		Replacement: "\t\tif false {\n\t\t\t// The entry"},

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/termfence/termfence/storageguard/objectfence"
+	"github.com/termfence/termfence/objectfence"
 )
 
 // BenchmarkPut compares, on the same versitygw server, a plain PutObject of

@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/objectfence"
 	"github.com/termfence/termfence/storageguard"
-	"github.com/termfence/termfence/storageguard/objectfence"
 )
 
 // TestCommitOnGarbageScenario: M6 = {X6} is committed; the leader of term

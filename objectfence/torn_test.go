@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/termfence/termfence/objectfence"
 	"github.com/termfence/termfence/storageguard"
-	"github.com/termfence/termfence/storageguard/objectfence"
 )
 
 // TestLaggardsAgainstRisingEpochs: laggards read the key's epoch and write

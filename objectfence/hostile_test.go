@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/termfence/termfence/epoch"
-	"github.com/termfence/termfence/storageguard/objectfence"
+	"github.com/termfence/termfence/objectfence"
 )
 
 // hostileValues returns epoch metadata values that are not valid epochs:

@@ -10,8 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/termfence/termfence/epoch"
+	"github.com/termfence/termfence/objectfence"
 	"github.com/termfence/termfence/storageguard"
-	"github.com/termfence/termfence/storageguard/objectfence"
 )
 
 // mustPut writes and fails tb on error.

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/termfence/termfence/storageguard/objectfence"
+	"github.com/termfence/termfence/objectfence"
 )
 
 // BenchmarkCommit sets the manifest commits beside a plain PutObject of

@@ -13,7 +13,7 @@ import (
 
 	"github.com/termfence/termfence/epoch"
 	"github.com/termfence/termfence/internal/s3server"
-	"github.com/termfence/termfence/storageguard/objectfence"
+	"github.com/termfence/termfence/objectfence"
 )
 
 const bucket = "fenced"

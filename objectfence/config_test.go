@@ -8,8 +8,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/termfence/termfence/objectfence"
 	"github.com/termfence/termfence/storageguard"
-	"github.com/termfence/termfence/storageguard/objectfence"
 )
 
 func TestConfigValidate(t *testing.T) {
